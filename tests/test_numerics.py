@@ -1,0 +1,159 @@
+"""Numerics (DESIGN section 5), gradients, errors and input immutability."""
+
+import numpy as np
+import pytest
+import torch
+
+import structmat as sm
+
+from reference import sequential_one_ss
+
+F64 = torch.float64
+
+
+def rel_err(got, want):
+    got, want = torch.as_tensor(got, dtype=F64), torch.as_tensor(want, dtype=F64)
+    return ((got - want).norm() / want.norm()).item()
+
+
+# --- stability -------------------------------------------------------------------------------
+
+
+def test_zero_decay_gives_exact_zeros_and_finite_gradients():
+    a = torch.tensor([0.9, 0.0, 0.8, 0.7, 0.0, 0.5], dtype=F64, requires_grad=True)
+    M = sm.OneSS.from_decays(a)
+    dense = M.to_dense()
+    assert (dense[1:, :1] == 0).all() and (dense[4:, :4] == 0).all()
+    x = torch.randn(6, 2, dtype=F64, requires_grad=True)
+    y = M @ x
+    assert torch.allclose(y[1:4], dense[1:4, 1:4] @ x[1:4], rtol=1e-14)
+    y.sum().backward()
+    assert torch.isfinite(a.grad).all() and torch.isfinite(x.grad).all()
+    log_a = torch.tensor([0.0, -0.1, float("-inf"), -0.2], dtype=F64, requires_grad=True)
+    (sm.OneSS(log_a) @ torch.ones(4, dtype=F64)).sum().backward()
+    assert torch.isfinite(log_a.grad).all()
+
+
+def test_tiny_decays_underflow_to_zero_without_nan():
+    a = torch.full((500,), 1e-30, dtype=F64)
+    y = sm.OneSS.from_decays(a) @ torch.ones(500, dtype=F64)
+    assert torch.isfinite(y).all()
+    assert rel_err(y, torch.ones(500, dtype=F64) + torch.cat([torch.zeros(1, dtype=F64), torch.full((499,), 1e-30, dtype=F64)])) < 1e-12
+
+
+@pytest.mark.parametrize("decay", [1e-3, 1 - 1e-7])
+def test_million_steps_float32_matches_float64(decay):
+    T = 10**6
+    g = torch.Generator().manual_seed(1)
+    log_a = torch.full((T,), float(np.log(decay)), dtype=F64) + 1e-3 * decay * torch.rand(T, generator=g, dtype=F64).log1p() * 0
+    x = torch.randn(T, generator=g, dtype=F64)
+    y64 = sm.OneSS(log_a) @ x
+    y32 = sm.OneSS(log_a.float()) @ x.float()
+    assert torch.isfinite(y32).all()
+    assert rel_err(y32, y64) < 1e-4
+    a = np.exp(log_a.numpy()[:2000])
+    want = sequential_one_ss(a, np.ones(2000), np.ones(2000), x.numpy()[:2000])
+    assert rel_err(y64[:2000], want) < 1e-12
+
+
+# --- gradients -------------------------------------------------------------------------------
+
+
+def _params(*shapes, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(s, generator=g, dtype=F64, requires_grad=True) for s in shapes]
+
+
+def test_gradcheck_one_ss_matvec():
+    T = 70  # above the blocked-scan threshold
+    log_a, b, c, x = _params((T,), (T,), (T,), (T, 2))
+    f = lambda la, b, c, x: sm.OneSS(-la.abs(), b=b, c=c) @ x  # noqa: E731
+    assert torch.autograd.gradcheck(f, (log_a, b, c, x))
+
+
+@pytest.mark.parametrize("kind", ["scalar", "diag", "dense"])
+def test_gradcheck_sss_matvec_and_transpose(kind):
+    T, N = 67, 2
+    shape = {"scalar": (T,), "diag": (T, N), "dense": (T, N, N)}[kind]
+    A, B, C, D, x = _params(shape, (T, N), (T, N), (T,), (T, 2), seed=1)
+    f = lambda A, B, C, D, x: sm.SSS(0.5 * A, B, C, D) @ x + sm.SSS(0.5 * A, B, C).T @ x  # noqa: E731
+    assert torch.autograd.gradcheck(f, (A, B, C, D, x))
+
+
+def test_gradcheck_closure_results_and_solve():
+    T = 20
+    A1, B1, C1, A2, B2, C2, y = _params((T,), (T, 2), (T, 2), (T, 1), (T, 1), (T, 1), (T, 2), seed=2)
+
+    def f(A1, B1, C1, A2, B2, C2, y):
+        M1 = sm.SSS(0.5 * A1, B1, C1, D=3 + C1[:, 0] ** 2)
+        M2 = sm.SSS(0.5 * A2, B2, C2, D=3 + B2[:, 0] ** 2)
+        return (M1 @ M2) @ y + (M1 + M2) @ y + M1.solve(y) + (M1 @ M2).inv() @ y
+
+    assert torch.autograd.gradcheck(f, (A1, B1, C1, A2, B2, C2, y))
+
+
+# --- errors ----------------------------------------------------------------------------------
+
+
+def test_errors_name_the_argument():
+    with pytest.raises(ValueError, match="B and C"):
+        sm.SSS(torch.ones(5), torch.ones(5, 2), torch.ones(4, 2))
+    with pytest.raises(ValueError, match="A must have shape"):
+        sm.SSS(torch.ones(5, 3), torch.ones(5, 2), torch.ones(5, 2))
+    with pytest.raises(ValueError, match="D must have shape"):
+        sm.SSS(torch.ones(5), torch.ones(5, 2), torch.ones(5, 2), D=torch.ones(4))
+    with pytest.raises(ValueError, match="log_a must be finite"):
+        sm.OneSS(torch.tensor([0.0, float("nan")]))
+    with pytest.raises(ValueError, match="log_a must be finite"):
+        sm.OneSS(torch.tensor([0.0, float("inf")]))
+    with pytest.raises(ValueError, match="a must be real and >= 0"):
+        sm.OneSS.from_decays(torch.tensor([0.5, -0.1]))
+    with pytest.raises(ValueError, match="b must have shape"):
+        sm.OneSS(torch.zeros(4), b=torch.ones(3))
+    with pytest.raises(TypeError, match="log_a must be real"):
+        sm.OneSS(torch.zeros(4, dtype=torch.complex64))
+    with pytest.raises(TypeError, match="array-like"):
+        sm.OneSS("abc")
+    M = sm.OneSS.causal(4)
+    with pytest.raises(ValueError, match=r"expected \(\*, 4, K\)"):
+        M @ torch.ones(3, 2)
+    with pytest.raises(ValueError, match=r"expected \(4,\)"):
+        M @ torch.ones(3)
+    with pytest.raises(ValueError, match="cannot add"):
+        M + sm.OneSS.causal(5)
+    with pytest.raises(ValueError, match="cannot multiply"):
+        M @ sm.OneSS.causal(5)
+    with pytest.raises(ValueError, match="sub must have|diag and sub"):
+        sm.Bidiagonal(torch.ones(4), torch.ones(4))
+    with pytest.raises(TypeError, match="no structured path"):
+        sm.semiseparable_rank(M + sm.Dense(torch.ones(4, 4)))
+    with pytest.raises(ValueError, match="X is on meta"):
+        M @ torch.ones(4, device="meta")
+
+
+def test_singular_matrices_raise():
+    with pytest.raises(sm.SingularMatrixError):
+        sm.SSS(torch.ones(3), torch.ones(3, 1), torch.ones(3, 1), D=torch.tensor([1.0, 0.0, 1.0])).inv()
+    with pytest.raises(sm.SingularMatrixError):
+        sm.Diagonal(torch.tensor([1.0, 0.0])).inv()
+    with pytest.raises(sm.SingularMatrixError):
+        sm.OneSS(torch.zeros(3), b=torch.tensor([1.0, 0.0, 1.0])).inv()
+    with pytest.raises(sm.SingularMatrixError):
+        sm.Bidiagonal(torch.tensor([1.0, 0.0]), torch.ones(1)).inv()
+    with pytest.raises(sm.SingularMatrixError):
+        sm.LowRank(torch.ones(3, 1), torch.ones(3, 1)).inv()
+    assert issubclass(sm.SingularMatrixError, ValueError)
+
+
+def test_inputs_never_mutated():
+    g = torch.Generator().manual_seed(5)
+    A, B, C, D = torch.rand(40, 2, generator=g), torch.randn(40, 2, generator=g), torch.randn(40, 2, generator=g), 3 + torch.rand(40, generator=g)
+    nan_first = A.clone()
+    nan_first[0] = 7.0  # A[0] is unused: any finite value must leave the result alone
+    x = torch.randn(40, 3, generator=g)
+    saved = [t.clone() for t in (nan_first, B, C, D, x)]
+    M = sm.SSS(nan_first, B, C, D)
+    for R in (M @ x, (M + M) @ x, (M @ M) @ x, M.inv() @ x, M.solve(x), M.compress() @ x, M.T @ x):
+        assert torch.isfinite(R).all()
+    for before, after in zip(saved, (nan_first, B, C, D, x)):
+        assert torch.equal(before, after)
