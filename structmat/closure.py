@@ -12,6 +12,9 @@ op                           operands              result
 ``+``                        Diagonal, Diagonal    Diagonal
 ``+``                        LowRank, LowRank      LowRank, ranks add
 ``+``                        Dense, Dense          Dense
+``+``                        Bidiagonal, Diagonal  Bidiagonal (also Bidiagonal + Bidiagonal)
+``+`` ``@``                  Bidiagonal, SSS       SSS, through ``Bidiagonal.to_sss()`` (order 2)
+``@``                        Diagonal, Bidiagonal  Bidiagonal
 ``@``                        SSS, SSS              SSS, orders add (block-triangular ``A``)
 ``@``                        Diagonal, SSS         SSS (OneSS stays OneSS), same order
 ``@``                        LowRank, any          LowRank ``U (M^T V)^T``
@@ -30,6 +33,7 @@ from __future__ import annotations
 import torch
 
 from structmat.base import StructuredMatrix
+from structmat.bidiagonal import Bidiagonal
 from structmat.dense import Dense
 from structmat.diagonal import Diagonal
 from structmat.lazy import Product, Sum
@@ -70,6 +74,24 @@ def _oness_matmul_diagonal(m: OneSS, d: Diagonal):
     return OneSS(m.log_a, b=m.B[..., 0] * d.d, c=m.C[..., 0], lower=True)
 
 
+def _bidiagonal_add(a: Bidiagonal, b: Bidiagonal | Diagonal):
+    sub = b.sub if isinstance(b, Bidiagonal) else torch.zeros_like(a.sub)
+    return Bidiagonal(a.diag + b.diagonal(), a.sub + sub)
+
+
+def _diagonal_matmul_bidiagonal(d: Diagonal, m: Bidiagonal):
+    return Bidiagonal(d.d * m.diag, d.d[..., 1:] * m.sub)
+
+
+def _bidiagonal_matmul_diagonal(m: Bidiagonal, d: Diagonal):
+    return Bidiagonal(m.diag * d.d, m.sub * d.d[..., :-1])
+
+
+def _via_sss(rule, left: bool):
+    """Apply an SSS rule with a Bidiagonal operand converted to its order-2 SSS."""
+    return (lambda a, b: rule(a.to_sss(), b)) if left else (lambda a, b: rule(a, b.to_sss()))
+
+
 def _lowrank_matmul(a: LowRank, m: StructuredMatrix):
     return LowRank(a.U, m.T.matmul(a.V))
 
@@ -91,6 +113,13 @@ def _dense_hadamard(a: Dense, m: StructuredMatrix):
 
 ADD = {
     (SSS, SSS): sss_add,
+    (Bidiagonal, SSS): _via_sss(sss_add, left=True),
+    (SSS, Bidiagonal): _via_sss(sss_add, left=False),
+    (Bidiagonal, Bidiagonal): _bidiagonal_add,
+    (Bidiagonal, Diagonal): _bidiagonal_add,
+    (Diagonal, Bidiagonal): _swap(_bidiagonal_add),
+    (Dense, Diagonal): lambda a, b: Dense(a.M + b.to_dense()),
+    (Diagonal, Dense): lambda a, b: Dense(a.to_dense() + b.M),
     (SSS, Diagonal): sss_add_diagonal,
     (Diagonal, SSS): _swap(sss_add_diagonal),
     (Diagonal, Diagonal): lambda a, b: Diagonal(a.d + b.d),
@@ -102,6 +131,10 @@ MATMUL = {
     (OneSS, Diagonal): _oness_matmul_diagonal,
     (Diagonal, OneSS): _diagonal_matmul_oness,
     (SSS, SSS): sss_matmul,
+    (Bidiagonal, SSS): _via_sss(sss_matmul, left=True),
+    (SSS, Bidiagonal): _via_sss(sss_matmul, left=False),
+    (Diagonal, Bidiagonal): _diagonal_matmul_bidiagonal,
+    (Bidiagonal, Diagonal): _bidiagonal_matmul_diagonal,
     (Diagonal, SSS): diagonal_matmul_sss,
     (SSS, Diagonal): sss_matmul_diagonal,
     (Diagonal, Diagonal): lambda a, b: Diagonal(a.d * b.d),
