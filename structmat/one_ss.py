@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from structmat.base import SingularMatrixError, as_tensor, check_finite
+from structmat.scan import linear_scan
 from structmat.sss import SSS
 
 __all__ = ["OneSS"]
@@ -72,6 +73,15 @@ class OneSS(SSS):
         if x.dim() != log_a.dim() or x.shape[-1] != log_a.shape[-1]:
             raise ValueError(f"{name} must have shape (*, T) like log_a {tuple(log_a.shape)}; got {tuple(x.shape)}")
         return x
+
+    def _matmat(self, X: torch.Tensor) -> torch.Tensor:
+        if not self.lower:
+            return super()._matmat(X)
+        # h_t = a_t h_{t-1} + b_t x_t, y_t = c_t h_t: skip the unit scalings
+        log_a = torch.cat([torch.zeros_like(self.log_a[..., :1]), self.log_a[..., 1:]], dim=-1)
+        u = X if self.b is None else self.b[..., None] * X
+        h = linear_scan(log_a, u[..., None, :], "log", chunk=8)[..., 0, :]
+        return h if self.c is None else self.c[..., None] * h
 
     # --- constructors -------------------------------------------------------------------------
     @classmethod

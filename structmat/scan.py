@@ -46,8 +46,15 @@ def apply_transition(A: torch.Tensor, h: torch.Tensor, kind: str) -> torch.Tenso
     return A @ h
 
 
-def _select(A: torch.Tensor, t: int, kind: str) -> torch.Tensor:
-    return A.select(A.dim() + _TIME_AXIS[kind], t)
+def _step_factors(A: torch.Tensor, kind: str) -> torch.Tensor:
+    """Per-step multipliers shaped to broadcast against ``h_t`` of shape ``(*, N, K)``, time first."""
+    if kind == "log":
+        A = torch.exp(A)
+    if kind in ("log", "scalar"):
+        return A[..., None, None].movedim(-3, 0)
+    if kind == "diag":
+        return A[..., None].movedim(-3, 0)
+    return A.movedim(-3, 0)
 
 
 def linear_scan_sequential(
@@ -58,10 +65,16 @@ def linear_scan_sequential(
     ``O(T)`` Python steps; the reference for :func:`linear_scan`.
     """
     steps = u.shape[-3]
-    h = u[..., 0, :, :] if h0 is None else apply_transition(_select(A, 0, kind), h0, kind) + u[..., 0, :, :]
+    a = _step_factors(A, kind)
+    u_t = u.movedim(-3, 0)
+    if kind == "dense":
+        step = lambda t, h: u_t[t] + a[t] @ h  # noqa: E731
+    else:
+        step = lambda t, h: torch.addcmul(u_t[t], a[t], h)  # noqa: E731
+    h = u_t[0] if h0 is None else step(0, h0)
     out = [h]
     for t in range(1, steps):
-        h = apply_transition(_select(A, t, kind), h, kind) + u[..., t, :, :]
+        h = step(t, h)
         out.append(h)
     return torch.stack(out, dim=-3)
 
