@@ -22,6 +22,7 @@ from structmat.linop import aslinearoperator
 from structmat.lowrank import LowRank
 from structmat.one_ss import OneSS
 from structmat.rank import semiseparable_rank
+from structmat.ssd import ssd
 from structmat.sss import SSS
 
 __version__ = "0.1.0"
@@ -41,4 +42,5 @@ __all__ = [
     "Transpose",
     "aslinearoperator",
     "semiseparable_rank",
+    "ssd",
 ]

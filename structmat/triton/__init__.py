@@ -1,0 +1,1 @@
+"""Triton kernels. Importable without a GPU; under ``TRITON_INTERPRET=1`` they run on the CPU."""

@@ -1,0 +1,174 @@
+"""Launchers and the autograd function of the Triton SSD.
+
+Forward: :func:`state_kernel` (chunk states + state passing, one pass over ``x``) then
+:func:`chunk_out_kernel` (outputs, ``D`` and ``silu(z)`` fused). Backward recomputes the forward
+states instead of storing them, runs the state kernel in reverse for the adjoint states, then
+:func:`dc_kernel` and :func:`dx_db_kernel`; the ``d log decay`` chain is a reverse cumulative sum
+``ddA_k = sum_{i >= k} (C_i . dC_i - B_i . dB_i)`` done in torch on a ``(b, h, l)`` tensor.
+
+Block sizes come from a fixed rule (no autotuning), so the first call on a new shape costs only
+the compilation of four kernels; under ``TRITON_INTERPRET=1`` the same code runs on the CPU.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+
+from structmat.triton import ssd_kernels as K
+
+__all__ = ["ssd_triton", "SSDFunction"]
+
+
+def _pow2(n: int, low: int = 16) -> int:
+    return max(low, triton.next_power_of_2(n))
+
+
+def _precision(dtype: torch.dtype) -> str:
+    return "ieee" if dtype in (torch.float32, torch.float64) else "tf32"
+
+
+def _seq_args(seq_idx, like):
+    if seq_idx is None:
+        return like, 0, 0
+    return seq_idx, seq_idx.stride(0), seq_idx.stride(1)
+
+
+def run_states(x, dt, A, B, init, seq_idx, chunk, *, reverse=False, write_cs=True, states_dtype=torch.float32):
+    """States entering each chunk ``(b, c, h, n, p)``, the last state ``(b, h, p, n)`` (fp32) and
+    chunk-local cumulative ``dt A`` ``(b, h, l)`` (fp32)."""
+    b, L, H, P = x.shape
+    G, N = B.shape[2], B.shape[3]
+    n_chunks = triton.cdiv(L, chunk)
+    states = torch.empty(b, n_chunks, H, N, P, device=x.device, dtype=states_dtype)
+    final = torch.empty(b, H, P, N, device=x.device, dtype=torch.float32)
+    cs = torch.empty(b, H, L, device=x.device, dtype=torch.float32) if write_cs else final
+    BN, BP = min(64, _pow2(N)), min(32, _pow2(P))
+    seq, sq_b, sq_l = _seq_args(seq_idx, dt)
+    init_t = init if init is not None else final
+    grid = (b * H, triton.cdiv(N, BN), triton.cdiv(P, BP))
+    K.state_kernel[grid](
+        x, dt, A, B, init_t, seq, states, final, cs,
+        L, H, H // G, n_chunks, P, N,
+        *x.stride(), *dt.stride(), *B.stride(),
+        init_t.stride(0), init_t.stride(1), init_t.stride(2), init_t.stride(3),
+        sq_b, sq_l,
+        *states.stride(), *final.stride(),
+        CHUNK=chunk, BLOCK_N=BN, BLOCK_P=BP,
+        HAS_INIT=init is not None, HAS_SEQ=seq_idx is not None, REVERSE=reverse, WRITE_CS=write_cs,
+        DOT_PRECISION=_precision(x.dtype), num_warps=4,
+    )
+    return states, final, (cs if write_cs else None)
+
+
+def _d_args(D, H):
+    if D is None:
+        return None, 0, 0
+    D2 = D if D.dim() == 2 else D[:, None]
+    return D2, D2.stride(0), (D2.stride(1) if D.dim() == 2 else 0)
+
+
+def run_chunk_out(x, dt, cs, B, C, states, D, z, seq_idx, chunk):
+    b, L, H, P = x.shape
+    G, N = B.shape[2], B.shape[3]
+    BM = min(64, chunk)
+    y = torch.empty_like(x)
+    D2, sD_h, sD_p = _d_args(D, H)
+    seq, sq_b, sq_l = _seq_args(seq_idx, dt)
+    zz = z if z is not None else x
+    grid = (triton.cdiv(L, chunk) * (chunk // BM), b * H)
+    K.chunk_out_kernel[grid](
+        x, dt, cs, B, C, states, D2 if D2 is not None else dt, zz, seq, y,
+        L, H, H // G, P, N,
+        *x.stride(), *dt.stride(), *B.stride(), *C.stride(), *states.stride(),
+        sD_h, sD_p, *zz.stride(), sq_b, sq_l, *y.stride(),
+        CHUNK=chunk, BLOCK_M=BM, BLOCK_N=_pow2(N), BLOCK_P=_pow2(P),
+        HAS_D=D is not None, HAS_Z=z is not None, HAS_SEQ=seq_idx is not None,
+        DOT_PRECISION=_precision(x.dtype), num_warps=4,
+    )
+    return y
+
+
+def run_backward(x, dt, A, B, C, D, dy, states, rstates, cs, seq_idx, chunk):
+    """``dx, dB, dC, ddt_direct, r, s`` from the forward and adjoint states."""
+    b, L, H, P = x.shape
+    G, N = B.shape[2], B.shape[3]
+    BM = min(64, chunk)
+    blocks = triton.cdiv(L, chunk) * (chunk // BM)
+    dC = torch.empty(b, L, G, N, device=x.device, dtype=torch.float32)
+    dB = torch.empty(b, L, G, N, device=x.device, dtype=torch.float32)
+    r = torch.empty(b, H, L, device=x.device, dtype=torch.float32)
+    s = torch.empty_like(r)
+    ddt = torch.empty_like(r)
+    dx = torch.empty_like(x)
+    seq, sq_b, sq_l = _seq_args(seq_idx, dt)
+    common = dict(CHUNK=chunk, BLOCK_M=BM, BLOCK_N=_pow2(N), BLOCK_P=_pow2(P), HAS_SEQ=seq_idx is not None,
+                  DOT_PRECISION=_precision(x.dtype), num_warps=4)
+    K.dc_kernel[(blocks, b * G)](
+        x, dy, dt, cs, B, C, states, seq, dC, r,
+        L, H, H // G, G, P, N,
+        *x.stride(), *dt.stride(), *B.stride(), *C.stride(), *states.stride(), sq_b, sq_l, *dC.stride(),
+        **common,
+    )
+    D2, sD_h, sD_p = _d_args(D, H)
+    K.dx_db_kernel[(blocks, b * G)](
+        x, dy, dt, cs, B, C, rstates, D2 if D2 is not None else dt, seq,
+        dx, dB, s, ddt,
+        L, H, H // G, G, P, N,
+        *x.stride(), *dt.stride(), *B.stride(), *C.stride(), *rstates.stride(),
+        sD_h, sD_p, sq_b, sq_l, *dx.stride(), *dB.stride(),
+        HAS_D=D is not None, **common,
+    )
+    return dx, dB, dC, ddt, r, s
+
+
+class SSDFunction(torch.autograd.Function):
+    """``(y, final_states) = SSD(x, dt, A, B, C, D, z, initial_states, seq_idx)`` on Triton."""
+
+    @staticmethod
+    def forward(ctx, x, dt, A, B, C, D, z, initial_states, seq_idx, chunk):
+        states, final, cs = run_states(x, dt, A, B, initial_states, seq_idx, chunk)
+        y = run_chunk_out(x, dt, cs, B, C, states, D, z, seq_idx, chunk)
+        ctx.save_for_backward(x, dt, A, B, C, D, z, initial_states, seq_idx)
+        ctx.chunk = chunk
+        return y, final
+
+    @staticmethod
+    def backward(ctx, dy, dfinal):
+        x, dt, A, B, C, D, z, init, seq_idx = ctx.saved_tensors
+        chunk = ctx.chunk
+        states, final, cs = run_states(x, dt, A, B, init, seq_idx, chunk)
+        dy = dy.contiguous()
+        dz = None
+        if z is not None:
+            y_pre = run_chunk_out(x, dt, cs, B, C, states, D, None, seq_idx, chunk).float()
+            zf = z.float()
+            sig = torch.sigmoid(zf)
+            dz = (dy.float() * y_pre * sig * (1 + zf * (1 - sig))).to(z.dtype)
+            dy = (dy.float() * zf * sig).to(x.dtype)
+        dfin = dfinal.contiguous() if dfinal is not None else None
+        rstates, dinit, _ = run_states(dy, dt, A, C, dfin, seq_idx, chunk, reverse=True, write_cs=False)
+        dx, dB, dC, ddt_direct, r, s = run_backward(x, dt, A, B, C, D, dy, states, rstates, cs, seq_idx, chunk)
+        if dfin is not None:
+            r[:, :, -1] += (dfin.float() * final).sum((-1, -2))
+        ddA = torch.flip(torch.cumsum(torch.flip(r - s, (-1,)), -1), (-1,)).transpose(1, 2)  # (b, l, h)
+        ddt = ddt_direct.transpose(1, 2) + ddA * A.float()
+        dA = (ddA * dt.float()).sum((0, 1))
+        dD = None
+        if D is not None:
+            prod = (dy.float() * x.float()).sum((0, 1))
+            dD = (prod if D.dim() == 2 else prod.sum(-1)).to(D.dtype)
+        dinit = dinit.to(init.dtype) if init is not None else None
+        return dx, ddt.to(dt.dtype), dA.to(A.dtype), dB.to(B.dtype), dC.to(C.dtype), dD, dz, dinit, None, None
+
+
+def ssd_triton(x, dt, A, B, C, chunk, D=None, z=None, initial_states=None, seq_idx=None):
+    """Triton SSD on processed ``dt`` (fp32); returns ``(y, final_states (b, h, p, n) fp32)``."""
+    x, B, C = x.contiguous(), B.contiguous(), C.contiguous()
+    dt = dt.float().contiguous()
+    A = A.float().contiguous()
+    z = z.contiguous() if z is not None else None
+    D = D.contiguous() if D is not None else None
+    init = initial_states.float().contiguous() if initial_states is not None else None
+    seq = seq_idx.to(torch.int32).contiguous() if seq_idx is not None else None
+    return SSDFunction.apply(x, dt, A, B, C, D, z, init, seq, chunk)
