@@ -15,10 +15,12 @@ BACKENDS = ("auto", "torch", "triton")
 
 
 def process_dt(dt, dt_bias=None, dt_softplus=False, dt_limit=(0.0, math.inf)) -> torch.Tensor:
-    """``dt + dt_bias``, then ``softplus`` (identity above 20, as Mamba-2), then clamped to ``dt_limit``; fp32."""
-    dt = dt.float()
+    """``dt + dt_bias``, then ``softplus`` (identity above 20, as Mamba-2), then clamped to ``dt_limit``;
+    float32 (float64 stays float64)."""
+    work = torch.float64 if dt.dtype == torch.float64 else torch.float32
+    dt = dt.to(work)
     if dt_bias is not None:
-        dt = dt + dt_bias.float()
+        dt = dt + dt_bias.to(work)
     if dt_softplus:
         dt = torch.where(dt <= 20.0, F.softplus(dt), dt)
     if tuple(dt_limit) != (0.0, math.inf):

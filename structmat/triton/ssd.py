@@ -34,15 +34,20 @@ def _seq_args(seq_idx, like):
     return seq_idx, seq_idx.stride(0), seq_idx.stride(1)
 
 
-def run_states(x, dt, A, B, init, seq_idx, chunk, *, reverse=False, write_cs=True, states_dtype=torch.float32):
+def run_states(x, dt, A, B, init, seq_idx, chunk, *, reverse=False, write_cs=True, states_dtype=torch.float32,
+               out=None):
     """States entering each chunk ``(b, c, h, n, p)``, the last state ``(b, h, p, n)`` (fp32) and
-    chunk-local cumulative ``dt A`` ``(b, h, l)`` (fp32)."""
+    chunk-local cumulative ``dt A`` ``(b, h, l)`` (fp32). ``out``: optional ``(states, final, cs)``
+    buffers to write into (tests poison them with NaN)."""
     b, L, H, P = x.shape
     G, N = B.shape[2], B.shape[3]
     n_chunks = triton.cdiv(L, chunk)
-    states = torch.empty(b, n_chunks, H, N, P, device=x.device, dtype=states_dtype)
-    final = torch.empty(b, H, P, N, device=x.device, dtype=torch.float32)
-    cs = torch.empty(b, H, L, device=x.device, dtype=torch.float32) if write_cs else final
+    if out is None:
+        states = torch.empty(b, n_chunks, H, N, P, device=x.device, dtype=states_dtype)
+        final = torch.empty(b, H, P, N, device=x.device, dtype=torch.float32)
+        cs = torch.empty(b, H, L, device=x.device, dtype=torch.float32) if write_cs else final
+    else:
+        states, final, cs = out
     BN, BP = min(64, _pow2(N)), min(32, _pow2(P))
     seq, sq_b, sq_l = _seq_args(seq_idx, dt)
     init_t = init if init is not None else final
@@ -68,11 +73,12 @@ def _d_args(D, H):
     return D2, D2.stride(0), (D2.stride(1) if D.dim() == 2 else 0)
 
 
-def run_chunk_out(x, dt, cs, B, C, states, D, z, seq_idx, chunk):
+def run_chunk_out(x, dt, cs, B, C, states, D, z, seq_idx, chunk, out=None):
+    """Outputs like ``x``, written into ``out`` if given."""
     b, L, H, P = x.shape
     G, N = B.shape[2], B.shape[3]
     BM = min(64, chunk)
-    y = torch.empty_like(x)
+    y = torch.empty_like(x) if out is None else out
     D2, sD_h, sD_p = _d_args(D, H)
     seq, sq_b, sq_l = _seq_args(seq_idx, dt)
     zz = z if z is not None else x
@@ -89,18 +95,19 @@ def run_chunk_out(x, dt, cs, B, C, states, D, z, seq_idx, chunk):
     return y
 
 
-def run_backward(x, dt, A, B, C, D, dy, states, rstates, cs, seq_idx, chunk):
-    """``dx, dB, dC, ddt_direct, r, s`` from the forward and adjoint states."""
+def run_backward(x, dt, A, B, C, D, dy, states, rstates, cs, seq_idx, chunk, out=None):
+    """``dx, dB, dC, ddt_direct, r, s`` from the forward and adjoint states (``out``: buffers)."""
     b, L, H, P = x.shape
     G, N = B.shape[2], B.shape[3]
     BM = min(64, chunk)
     blocks = triton.cdiv(L, chunk) * (chunk // BM)
-    dC = torch.empty(b, L, G, N, device=x.device, dtype=torch.float32)
-    dB = torch.empty(b, L, G, N, device=x.device, dtype=torch.float32)
-    r = torch.empty(b, H, L, device=x.device, dtype=torch.float32)
-    s = torch.empty_like(r)
-    ddt = torch.empty_like(r)
-    dx = torch.empty_like(x)
+    if out is None:
+        dC = torch.empty(b, L, G, N, device=x.device, dtype=torch.float32)
+        dB = torch.empty(b, L, G, N, device=x.device, dtype=torch.float32)
+        r = torch.empty(b, H, L, device=x.device, dtype=torch.float32)
+        s, ddt, dx = torch.empty_like(r), torch.empty_like(r), torch.empty_like(x)
+    else:
+        dx, dB, dC, ddt, r, s = out
     seq, sq_b, sq_l = _seq_args(seq_idx, dt)
     common = dict(CHUNK=chunk, BLOCK_M=BM, BLOCK_N=_pow2(N), BLOCK_P=_pow2(P), HAS_SEQ=seq_idx is not None,
                   DOT_PRECISION=_precision(x.dtype), num_warps=4)
