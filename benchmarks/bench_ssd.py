@@ -212,27 +212,29 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="two grid points only")
     parser.add_argument("--out", default=None, help="also copy results to this folder")
+    parser.add_argument("--no-peers", action="store_true", help="time structmat alone (kernel iteration)")
+    parser.add_argument("--Ns", default="64,128", help="state sizes of the grid (to split long runs)")
     args = parser.parse_args()
-    peers = load_peers()
+    peers = {} if args.no_peers else load_peers()
     print("peers:", sorted(peers))
     t_first = first_call_seconds()
     print(f"first call (compile fwd+bwd kernels, new shape): {t_first:.2f} s")
     corr = correctness(peers)
     print("correctness:", corr)
-    points = [(T, N) for N in (64, 128) for T in (1024, 2048, 4096, 8192, 16384)]
+    points = [(T, N) for N in map(int, args.Ns.split(",")) for T in (1024, 2048, 4096, 8192, 16384)]
     if args.quick:
         points = [(2048, 64), (16384, 128)]
     rows = [grid_point(peers, 32768 // T, T, 32, 64, N) for T, N in points]
-    if not args.quick:
+    if not args.quick and "128" in args.Ns.split(","):
         rows.append(grid_point(peers, 2, 8192, 80, 64, 128))
     cols = ["T", "N", "batch", "H", "structmat_fwd", "mamba_ssm_fwd", "fla_fwd", "sdpa_fwd", "fwd_speedup_vs_best_peer",
             "structmat_fwdbwd", "mamba_ssm_fwdbwd", "sdpa_fwdbwd", "fwdbwd_speedup_vs_mamba", "structmat_peak_mib", "mamba_ssm_peak_mib"]
     fmt = [{k: (f"{v:.3f}" if isinstance(v, float) else v) for k, v in r.items()} for r in rows]
     print(table(fmt, cols))
-    name = "bench_ssd_quick" if args.quick else "bench_ssd"
+    name = "bench_ssd_quick" if args.quick else f"bench_ssd_N{args.Ns.replace(',', '_')}"
     path = write(name, {"first_call_seconds": t_first, "correctness": corr, "grid": rows})
     png = path.with_suffix(".png")
-    if not args.quick:
+    if not args.quick and not args.no_peers:
         plot(rows, png)
     if args.out:
         import shutil

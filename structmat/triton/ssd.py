@@ -20,8 +20,26 @@ from structmat.triton import ssd_kernels as K
 __all__ = ["ssd_triton", "SSDFunction"]
 
 
+MAX_BLOCK_M = 64  # row/column block inside a chunk; tests lower it to exercise several blocks per chunk
+
+
 def _pow2(n: int, low: int = 16) -> int:
     return max(low, triton.next_power_of_2(n))
+
+
+def _state_tiles(programs: int, N: int, P: int, device) -> tuple[int, int]:
+    """State tile ``(BLOCK_N, BLOCK_P)``: as large as possible while the grid still fills the GPU
+    (the state kernel walks the chunks in order, so its parallelism is batch x heads x tiles)."""
+    BN, BP = min(64, _pow2(N)), min(32, _pow2(P))
+    if device.type != "cuda":
+        return BN, BP
+    target = 4 * torch.cuda.get_device_properties(device).multi_processor_count
+    while programs * triton.cdiv(N, BN) * triton.cdiv(P, BP) < target and (BN > 16 or BP > 16):
+        if BN >= BP and BN > 16:
+            BN //= 2
+        else:
+            BP //= 2
+    return BN, BP
 
 
 def _precision(dtype: torch.dtype) -> str:
@@ -48,7 +66,7 @@ def run_states(x, dt, A, B, init, seq_idx, chunk, *, reverse=False, write_cs=Tru
         cs = torch.empty(b, H, L, device=x.device, dtype=torch.float32) if write_cs else final
     else:
         states, final, cs = out
-    BN, BP = min(64, _pow2(N)), min(32, _pow2(P))
+    BN, BP = _state_tiles(b * H, N, P, x.device)
     seq, sq_b, sq_l = _seq_args(seq_idx, dt)
     init_t = init if init is not None else final
     grid = (b * H, triton.cdiv(N, BN), triton.cdiv(P, BP))
@@ -77,7 +95,7 @@ def run_chunk_out(x, dt, cs, B, C, states, D, z, seq_idx, chunk, out=None):
     """Outputs like ``x``, written into ``out`` if given."""
     b, L, H, P = x.shape
     G, N = B.shape[2], B.shape[3]
-    BM = min(64, chunk)
+    BM = min(MAX_BLOCK_M, chunk)
     y = torch.empty_like(x) if out is None else out
     D2, sD_h, sD_p = _d_args(D, H)
     seq, sq_b, sq_l = _seq_args(seq_idx, dt)
@@ -96,23 +114,25 @@ def run_chunk_out(x, dt, cs, B, C, states, D, z, seq_idx, chunk, out=None):
 
 
 def run_backward(x, dt, A, B, C, D, dy, states, rstates, cs, seq_idx, chunk, out=None):
-    """``dx, dB, dC, ddt_direct, r, s`` from the forward and adjoint states (``out``: buffers)."""
+    """``dx, dB, dC, ddt_direct, ddA_partial`` from the forward and adjoint states (``out``: buffers).
+
+    ``ddA_partial`` lacks the pairs that jump over a whole chunk (added by :func:`run_ddA`)."""
     b, L, H, P = x.shape
     G, N = B.shape[2], B.shape[3]
-    BM = min(64, chunk)
+    BM = min(MAX_BLOCK_M, chunk)
     blocks = triton.cdiv(L, chunk) * (chunk // BM)
     if out is None:
         dC = torch.empty(b, L, G, N, device=x.device, dtype=torch.float32)
         dB = torch.empty(b, L, G, N, device=x.device, dtype=torch.float32)
-        r = torch.empty(b, H, L, device=x.device, dtype=torch.float32)
-        s, ddt, dx = torch.empty_like(r), torch.empty_like(r), torch.empty_like(x)
+        ddt = torch.empty(b, H, L, device=x.device, dtype=torch.float32)
+        dda, dx = torch.zeros_like(ddt), torch.empty_like(x)
     else:
-        dx, dB, dC, ddt, r, s = out
+        dx, dB, dC, ddt, dda = out
     seq, sq_b, sq_l = _seq_args(seq_idx, dt)
     common = dict(CHUNK=chunk, BLOCK_M=BM, BLOCK_N=_pow2(N), BLOCK_P=_pow2(P), HAS_SEQ=seq_idx is not None,
                   DOT_PRECISION=_precision(x.dtype), num_warps=4)
     K.dc_kernel[(blocks, b * G)](
-        x, dy, dt, cs, B, C, states, seq, dC, r,
+        x, dy, dt, cs, B, C, states, seq, dC, dda,
         L, H, H // G, G, P, N,
         *x.stride(), *dt.stride(), *B.stride(), *C.stride(), *states.stride(), sq_b, sq_l, *dC.stride(),
         **common,
@@ -120,13 +140,36 @@ def run_backward(x, dt, A, B, C, D, dy, states, rstates, cs, seq_idx, chunk, out
     D2, sD_h, sD_p = _d_args(D, H)
     K.dx_db_kernel[(blocks, b * G)](
         x, dy, dt, cs, B, C, rstates, D2 if D2 is not None else dt, seq,
-        dx, dB, s, ddt,
+        dx, dB, dda, ddt,
         L, H, H // G, G, P, N,
         *x.stride(), *dt.stride(), *B.stride(), *C.stride(), *rstates.stride(),
         sD_h, sD_p, sq_b, sq_l, *dx.stride(), *dB.stride(),
         HAS_D=D is not None, **common,
     )
-    return dx, dB, dC, ddt, r, s
+    return dx, dB, dC, ddt, dda
+
+
+def chunk_jump_pairs(states, rstates, cs, chunk, L):
+    """``ddA`` of pairs with ``j`` before and ``i`` after chunk ``c``: ``exp(total_c) <g_c, h_c>``, on every ``k`` of it."""
+    b, n_chunks, H = states.shape[:3]
+    last = torch.clamp(torch.arange(1, n_chunks + 1, device=cs.device) * chunk - 1, max=L - 1)
+    total = cs[:, :, last]  # (b, h, c)
+    inner = (states.float() * rstates.float()).sum((-1, -2)).transpose(1, 2)  # (b, h, c)
+    per_chunk = torch.exp(total.clamp(max=0)) * inner
+    return per_chunk.repeat_interleave(chunk, dim=-1)[..., :L]
+
+
+def _whole_chunk(seq_idx, chunk):
+    """``(b, 1, l)``: 1 where a chunk lies inside one sequence with its neighbours (jumping pairs exist)."""
+    b, L = seq_idx.shape
+    n = -(-L // chunk)
+    idx = torch.arange(n, device=seq_idx.device)
+    first = seq_idx[:, idx * chunk]
+    last = seq_idx[:, torch.clamp(idx * chunk + chunk - 1, max=L - 1)]
+    prev = seq_idx[:, torch.clamp(idx * chunk - 1, min=0)]
+    nxt = seq_idx[:, torch.clamp(idx * chunk + chunk, max=L - 1)]
+    ok = (first == last) & (prev == first) & (nxt == last)
+    return ok.repeat_interleave(chunk, dim=-1)[:, None, :L].float()
 
 
 class SSDFunction(torch.autograd.Function):
@@ -155,10 +198,12 @@ class SSDFunction(torch.autograd.Function):
             dy = (dy.float() * zf * sig).to(x.dtype)
         dfin = dfinal.contiguous() if dfinal is not None else None
         rstates, dinit, _ = run_states(dy, dt, A, C, dfin, seq_idx, chunk, reverse=True, write_cs=False)
-        dx, dB, dC, ddt_direct, r, s = run_backward(x, dt, A, B, C, D, dy, states, rstates, cs, seq_idx, chunk)
-        if dfin is not None:
-            r[:, :, -1] += (dfin.float() * final).sum((-1, -2))
-        ddA = torch.flip(torch.cumsum(torch.flip(r - s, (-1,)), -1), (-1,)).transpose(1, 2)  # (b, l, h)
+        dx, dB, dC, ddt_direct, dda = run_backward(x, dt, A, B, C, D, dy, states, rstates, cs, seq_idx, chunk)
+        if seq_idx is None:
+            dda += chunk_jump_pairs(states, rstates, cs, chunk, x.shape[1])
+        else:
+            dda += chunk_jump_pairs(states, rstates, cs, chunk, x.shape[1]) * _whole_chunk(seq_idx, chunk)
+        ddA = dda.transpose(1, 2)  # (b, l, h)
         ddt = ddt_direct.transpose(1, 2) + ddA * A.float()
         dA = (ddA * dt.float()).sum((0, 1))
         dD = None

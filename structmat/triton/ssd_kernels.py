@@ -168,7 +168,7 @@ def chunk_out_kernel(
 
 @triton.jit
 def dc_kernel(
-    x_ptr, dy_ptr, dt_ptr, cs_ptr, B_ptr, C_ptr, states_ptr, seq_ptr, dC_ptr, r_ptr,
+    x_ptr, dy_ptr, dt_ptr, cs_ptr, B_ptr, C_ptr, states_ptr, seq_ptr, dC_ptr, dda_ptr,
     L, H, heads_per_group, G, P, N,
     sx_b, sx_l, sx_h, sx_p,
     sdt_b, sdt_l, sdt_h,
@@ -180,8 +180,11 @@ def dc_kernel(
     CHUNK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_P: tl.constexpr,
     HAS_SEQ: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
-    """``dC_i = sum_h [sum_{j <= i} exp(cs_i - cs_j) dt_j (dy_i . x_j) B_j + exp(cs_i) h_in dy_i]``
-    and per head ``r_i = C_i . dC_i^h`` (``dy`` and ``x`` share strides)."""
+    """``dC_i = sum_h [sum_{j <= i} exp(cs_i - cs_j) dt_j (dy_i . x_j) B_j + exp(cs_i) h_in dy_i]``.
+
+    Also adds to ``ddA_k`` (per head, atomically) the pairs ``j < k <= i`` with ``i`` in the chunk:
+    both ends in the chunk, from the fp32 tiles ``V = (C B^T) o W``, and ``j`` before the chunk
+    (through ``h_in``). Sums of straddling pairs only: no cancellation (``dy``, ``x`` share strides)."""
     blocks: tl.constexpr = CHUNK // BLOCK_M
     c = tl.program_id(0) // blocks
     m = tl.program_id(0) % blocks
@@ -211,6 +214,13 @@ def dc_kernel(
         if HAS_SEQ:
             scale_i = tl.where(seq_i == prev, scale_i, 0.0)
         dC = tl.dot(dy_i, tl.trans(h_in), input_precision=DOT_PRECISION) * scale_i[:, None]
+        dda_row = dda_ptr + (b * H + h) * L
+        r_state = tl.sum(dC * C_i.to(tl.float32), axis=1)  # pairs (i, j before the chunk)
+        own = tl.sum(r_state, axis=0) - tl.cumsum(r_state, axis=0) + r_state  # k in this block, k <= i
+        for kk in range(0, m):  # k in earlier blocks of the chunk: every i here is >= k
+            offs_k = c * CHUNK + kk * BLOCK_M + tl.arange(0, BLOCK_M)
+            tl.atomic_add(dda_row + offs_k, tl.zeros((BLOCK_M,), dtype=tl.float32) + tl.sum(r_state, axis=0),
+                          mask=offs_k < L)
         for k in range(0, m + 1):
             offs_j = c * CHUNK + k * BLOCK_M + tl.arange(0, BLOCK_M)
             mask_j = offs_j < L
@@ -227,7 +237,21 @@ def dc_kernel(
             W = tl.dot(dy_i, tl.trans(x_j), input_precision=DOT_PRECISION)
             W = W * tl.where(keep, tl.exp(tl.minimum(cs_i[:, None] - cs_j[None, :], 0.0)), 0.0) * dt_j[None, :]
             dC += tl.dot(W.to(B_j.dtype), B_j, input_precision=DOT_PRECISION)
-        tl.store(r_ptr + (b * H + h) * L + offs_i, tl.sum(dC * C_i.to(tl.float32), axis=1), mask=mask_i)
+            V = W * tl.dot(C_i, tl.trans(B_j), input_precision=DOT_PRECISION)
+            if k == m:  # S_k = sum_{i >= k} sum_{j < k} V_ij inside the diagonal tile
+                before = tl.cumsum(V, axis=1) - V
+                rows = tl.arange(0, BLOCK_M)
+                own += tl.sum(tl.where(rows[:, None] >= rows[None, :], before, 0.0), axis=0)
+            else:
+                per_i = tl.sum(V, axis=1)
+                own += tl.sum(per_i, axis=0) - tl.cumsum(per_i, axis=0) + per_i
+                per_j = tl.sum(V, axis=0)
+                tl.atomic_add(dda_row + offs_j, tl.cumsum(per_j, axis=0) - per_j, mask=mask_j)
+                everything = tl.zeros((BLOCK_M,), dtype=tl.float32) + tl.sum(per_j, axis=0)
+                for kk in range(k + 1, m):
+                    offs_k = c * CHUNK + kk * BLOCK_M + tl.arange(0, BLOCK_M)
+                    tl.atomic_add(dda_row + offs_k, everything, mask=offs_k < L)
+        tl.atomic_add(dda_row + offs_i, own, mask=mask_i)
         acc += dC
     tl.store(dC_ptr + b * sdc_b + offs_i[:, None] * sdc_l + g * sdc_g + offs_n[None, :] * sdc_n, acc, mask=mask_in)
 
@@ -235,7 +259,7 @@ def dc_kernel(
 @triton.jit
 def dx_db_kernel(
     x_ptr, dy_ptr, dt_ptr, cs_ptr, B_ptr, C_ptr, rstates_ptr, D_ptr, seq_ptr,
-    dx_ptr, dB_ptr, s_ptr, ddt_ptr,
+    dx_ptr, dB_ptr, dda_ptr, ddt_ptr,
     L, H, heads_per_group, G, P, N,
     sx_b, sx_l, sx_h, sx_p,
     sdt_b, sdt_l, sdt_h,
@@ -252,7 +276,8 @@ def dx_db_kernel(
     """For source positions ``j``: ``q_j = sum_{i >= j} exp(cs_i - cs_j) (C_i . B_j) dy_i +
     exp(total - cs_j) g^T B_j`` gives ``dx_j = dt_j q_j (+ D dy_j)`` and ``d dt_j = x_j . q_j``;
     ``dB_j = sum_h dt_j [sum_i exp(cs_i - cs_j) (dy_i . x_j) C_i + exp(total - cs_j) g x_j]``,
-    with ``s_j = B_j . dB_j^h`` per head (``g`` is the adjoint state entering from the right)."""
+    ``g`` is the adjoint state entering from the right. Adds to ``ddA_k`` the pairs ``j < k`` with
+    ``j`` in the chunk and ``i`` after it (through ``g``)."""
     blocks: tl.constexpr = CHUNK // BLOCK_M
     c = tl.program_id(0) // blocks
     k = tl.program_id(0) % blocks
@@ -286,6 +311,13 @@ def dx_db_kernel(
             to_end = tl.where(seq_j == nxt, to_end, 0.0)
         q = tl.dot(B_j, g_in, input_precision=DOT_PRECISION) * to_end[:, None]
         dB = tl.dot(x_j, tl.trans(g_in), input_precision=DOT_PRECISION) * to_end[:, None]
+        s_future = tl.sum(dB * B_j.to(tl.float32), axis=1) * dt_j  # pairs (i after the chunk, j)
+        dda_row = dda_ptr + (b * H + h) * L
+        tl.atomic_add(dda_row + offs_j, tl.cumsum(s_future, axis=0) - s_future, mask=mask_j)
+        later = tl.zeros((BLOCK_M,), dtype=tl.float32) + tl.sum(s_future, axis=0)
+        for kk in range(k + 1, blocks):
+            offs_k = c * CHUNK + kk * BLOCK_M + tl.arange(0, BLOCK_M)
+            tl.atomic_add(dda_row + offs_k, later, mask=offs_k < L)
         for mi in range(k, blocks):
             offs_i = c * CHUNK + mi * BLOCK_M + tl.arange(0, BLOCK_M)
             mask_i = offs_i < L
@@ -304,7 +336,6 @@ def dx_db_kernel(
             XD = tl.dot(x_j, tl.trans(dy_i), input_precision=DOT_PRECISION) * decay
             dB += tl.dot(XD.to(C_i.dtype), C_i, input_precision=DOT_PRECISION)
         dB = dB * dt_j[:, None]
-        tl.store(s_ptr + (b * H + h) * L + offs_j, tl.sum(dB * B_j.to(tl.float32), axis=1), mask=mask_j)
         tl.store(ddt_ptr + (b * H + h) * L + offs_j, tl.sum(q * x_j.to(tl.float32), axis=1), mask=mask_j)
         dx = q * dt_j[:, None]
         if HAS_D:
