@@ -27,19 +27,11 @@ def _pow2(n: int, low: int = 16) -> int:
     return max(low, triton.next_power_of_2(n))
 
 
-def _state_tiles(programs: int, N: int, P: int, device) -> tuple[int, int]:
-    """State tile ``(BLOCK_N, BLOCK_P)``: as large as possible while the grid still fills the GPU
-    (the state kernel walks the chunks in order, so its parallelism is batch x heads x tiles)."""
-    BN, BP = min(64, _pow2(N)), min(32, _pow2(P))
-    if device.type != "cuda":
-        return BN, BP
-    target = 4 * torch.cuda.get_device_properties(device).multi_processor_count
-    while programs * triton.cdiv(N, BN) * triton.cdiv(P, BP) < target and (BN > 16 or BP > 16):
-        if BN >= BP and BN > 16:
-            BN //= 2
-        else:
-            BP //= 2
-    return BN, BP
+STATE_TILES = (64, 32)  # (BLOCK_N, BLOCK_P) of the state kernel; see benchmarks/NOTES_ssd.md
+
+
+def _state_tiles(N: int, P: int) -> tuple[int, int]:
+    return min(STATE_TILES[0], _pow2(N)), min(STATE_TILES[1], _pow2(P))
 
 
 def _precision(dtype: torch.dtype) -> str:
@@ -66,7 +58,7 @@ def run_states(x, dt, A, B, init, seq_idx, chunk, *, reverse=False, write_cs=Tru
         cs = torch.empty(b, H, L, device=x.device, dtype=torch.float32) if write_cs else final
     else:
         states, final, cs = out
-    BN, BP = _state_tiles(b * H, N, P, x.device)
+    BN, BP = _state_tiles(N, P)
     seq, sq_b, sq_l = _seq_args(seq_idx, dt)
     init_t = init if init is not None else final
     grid = (b * H, triton.cdiv(N, BN), triton.cdiv(P, BP))
