@@ -189,8 +189,9 @@ def plot(rows, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for ax, N in zip(axes, (64, 128)):
+    Ns = sorted({r["N"] for r in rows})
+    fig, axes = plt.subplots(1, len(Ns), figsize=(5.5 * len(Ns), 4), squeeze=False)
+    for ax, N in zip(axes[0], Ns):
         pts = [r for r in rows if r["N"] == N and r["H"] == 32]
         Ts = [r["T"] for r in pts]
         for key, label in (("structmat_fwd", "structmat fwd"), ("mamba_ssm_fwd", "mamba_ssm fwd"), ("fla_fwd", "fla fwd"),
@@ -234,14 +235,14 @@ def main():
     name = "bench_ssd_quick" if args.quick else f"bench_ssd_N{args.Ns.replace(',', '_')}"
     path = write(name, {"first_call_seconds": t_first, "correctness": corr, "grid": rows})
     png = path.with_suffix(".png")
-    if not args.quick and not args.no_peers:
-        plot(rows, png)
     if args.out:
         import shutil
 
-        for p in (path, png):
-            if p.exists():
-                shutil.copy(p, args.out)
+        shutil.copy(path, args.out)
+    if not args.quick and not args.no_peers:
+        plot(rows, png)
+        if args.out:
+            shutil.copy(png, args.out)
     print("wrote", path)
 
 

@@ -28,6 +28,9 @@ def _pow2(n: int, low: int = 16) -> int:
 
 
 STATE_TILES = (64, 32)  # (BLOCK_N, BLOCK_P) of the state kernel; see benchmarks/NOTES_ssd.md
+HEAD_SPLIT = 4  # backward programs per group: each takes heads_per_group / HEAD_SPLIT heads
+BWD_WARPS = 4
+STATE_WARPS = 8
 
 
 def _state_tiles(N: int, P: int) -> tuple[int, int]:
@@ -44,15 +47,16 @@ def _seq_args(seq_idx, like):
     return seq_idx, seq_idx.stride(0), seq_idx.stride(1)
 
 
-def run_states(x, dt, A, B, init, seq_idx, chunk, *, reverse=False, write_cs=True, states_dtype=torch.float32,
-               out=None):
+def run_states(x, dt, A, B, init, seq_idx, chunk, *, reverse=False, write_cs=True, out=None):
     """States entering each chunk ``(b, c, h, n, p)``, the last state ``(b, h, p, n)`` (fp32) and
-    chunk-local cumulative ``dt A`` ``(b, h, l)`` (fp32). ``out``: optional ``(states, final, cs)``
-    buffers to write into (tests poison them with NaN)."""
+    chunk-local cumulative ``dt A`` ``(b, h, l)`` (fp32). The per-chunk states are kept in the input
+    dtype for 16-bit inputs: they only feed 16-bit tensor-core dots, and it halves their traffic.
+    ``out``: optional ``(states, final, cs)`` buffers to write into (tests poison them with NaN)."""
     b, L, H, P = x.shape
     G, N = B.shape[2], B.shape[3]
     n_chunks = triton.cdiv(L, chunk)
     if out is None:
+        states_dtype = x.dtype if x.dtype in (torch.bfloat16, torch.float16) else torch.float32
         states = torch.empty(b, n_chunks, H, N, P, device=x.device, dtype=states_dtype)
         final = torch.empty(b, H, P, N, device=x.device, dtype=torch.float32)
         cs = torch.empty(b, H, L, device=x.device, dtype=torch.float32) if write_cs else final
@@ -71,7 +75,7 @@ def run_states(x, dt, A, B, init, seq_idx, chunk, *, reverse=False, write_cs=Tru
         *states.stride(), *final.stride(),
         CHUNK=chunk, BLOCK_N=BN, BLOCK_P=BP,
         HAS_INIT=init is not None, HAS_SEQ=seq_idx is not None, REVERSE=reverse, WRITE_CS=write_cs,
-        DOT_PRECISION=_precision(x.dtype), num_warps=4,
+        DOT_PRECISION=_precision(x.dtype), num_warps=STATE_WARPS,
     )
     return states, final, (cs if write_cs else None)
 
@@ -114,23 +118,25 @@ def run_backward(x, dt, A, B, C, D, dy, states, rstates, cs, seq_idx, chunk, out
     BM = min(MAX_BLOCK_M, chunk)
     blocks = triton.cdiv(L, chunk) * (chunk // BM)
     if out is None:
-        dC = torch.empty(b, L, G, N, device=x.device, dtype=torch.float32)
-        dB = torch.empty(b, L, G, N, device=x.device, dtype=torch.float32)
+        dC = torch.zeros(b, L, G, N, device=x.device, dtype=torch.float32)
+        dB = torch.zeros(b, L, G, N, device=x.device, dtype=torch.float32)
         ddt = torch.empty(b, H, L, device=x.device, dtype=torch.float32)
         dda, dx = torch.zeros_like(ddt), torch.empty_like(x)
     else:
         dx, dB, dC, ddt, dda = out
     seq, sq_b, sq_l = _seq_args(seq_idx, dt)
+    hpg = H // G
+    split = max(d for d in range(1, min(HEAD_SPLIT, hpg) + 1) if hpg % d == 0)
     common = dict(CHUNK=chunk, BLOCK_M=BM, BLOCK_N=_pow2(N), BLOCK_P=_pow2(P), HAS_SEQ=seq_idx is not None,
-                  DOT_PRECISION=_precision(x.dtype), num_warps=4)
-    K.dc_kernel[(blocks, b * G)](
+                  HEADS_PER_PROGRAM=hpg // split, DOT_PRECISION=_precision(x.dtype), num_warps=BWD_WARPS)
+    K.dc_kernel[(blocks, b * G, split)](
         x, dy, dt, cs, B, C, states, seq, dC, dda,
         L, H, H // G, G, P, N,
         *x.stride(), *dt.stride(), *B.stride(), *C.stride(), *states.stride(), sq_b, sq_l, *dC.stride(),
         **common,
     )
     D2, sD_h, sD_p = _d_args(D, H)
-    K.dx_db_kernel[(blocks, b * G)](
+    K.dx_db_kernel[(blocks, b * G, split)](
         x, dy, dt, cs, B, C, rstates, D2 if D2 is not None else dt, seq,
         dx, dB, dda, ddt,
         L, H, H // G, G, P, N,

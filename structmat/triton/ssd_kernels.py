@@ -12,7 +12,9 @@ Forward, two kernels:
   the ``D`` skip and the ``silu(z)`` gate.
 
 Backward, two more: :func:`dc_kernel` (row-oriented: ``dC`` summed over the heads of a group) and
-:func:`dx_db_kernel` (column-oriented: ``dx``, ``dB``, ``d dt``). Decay exponents are clamped at
+:func:`dx_db_kernel` (column-oriented: ``dx``, ``dB``, ``d dt``). Each program takes a few heads of
+a group and adds its share of ``dB``/``dC`` atomically (fp32, so their rounding is not bitwise
+deterministic from run to run). Decay exponents are clamped at
 0 (they are sums of ``dt A <= 0``); ``seq_idx`` masks every pair in different sequences.
 """
 
@@ -91,8 +93,8 @@ def state_kernel(
                      mask=mask_t[:, None] & (offs_n[None, :] < N), other=0.0)
         xc = tl.load(x_ptr + b * sx_b + t[:, None] * sx_l + h * sx_h + offs_p[None, :] * sx_p,
                      mask=mask_t[:, None] & (offs_p[None, :] < P), other=0.0)
-        Bw = (Bc.to(tl.float32) * w[:, None]).to(xc.dtype)
-        state = state * decay + tl.dot(tl.trans(Bw), xc, input_precision=DOT_PRECISION)
+        xw = (xc.to(tl.float32) * w[:, None]).to(xc.dtype)  # the P tile is the narrower one: fewer registers
+        state = state * decay + tl.dot(tl.trans(Bc.to(xc.dtype)), xw, input_precision=DOT_PRECISION)
     tl.store(final_ptr + b * sf_b + h * sf_h + offs_n[:, None] * sf_n + offs_p[None, :] * sf_p, state, mask=mask_np)
 
 
@@ -178,13 +180,13 @@ def dc_kernel(
     sq_b, sq_l,
     sdc_b, sdc_l, sdc_g, sdc_n,
     CHUNK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_P: tl.constexpr,
-    HAS_SEQ: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    HEADS_PER_PROGRAM: tl.constexpr, HAS_SEQ: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     """``dC_i = sum_h [sum_{j <= i} exp(cs_i - cs_j) dt_j (dy_i . x_j) B_j + exp(cs_i) h_in dy_i]``.
 
-    Also adds to ``ddA_k`` (per head, atomically) the pairs ``j < k <= i`` with ``i`` in the chunk:
-    both ends in the chunk, from the fp32 tiles ``V = (C B^T) o W``, and ``j`` before the chunk
-    (through ``h_in``). Sums of straddling pairs only: no cancellation (``dy``, ``x`` share strides)."""
+    Also adds to ``ddA_k`` (per head, atomically) the pairs ``j < k <= i`` with ``i`` in the chunk
+    and ``j`` before it (through ``h_in``): sums of straddling pairs only, so nothing cancels
+    (``dy``, ``x`` share strides)."""
     blocks: tl.constexpr = CHUNK // BLOCK_M
     c = tl.program_id(0) // blocks
     m = tl.program_id(0) % blocks
@@ -202,8 +204,8 @@ def dc_kernel(
         seq_i = tl.load(seq_ptr + b * sq_b + offs_i * sq_l, mask=mask_i, other=-1)
         prev = tl.load(seq_ptr + b * sq_b + tl.maximum(c * CHUNK - 1, 0) * sq_l)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for hh in range(heads_per_group):
-        h = g * heads_per_group + hh
+    for hh in range(HEADS_PER_PROGRAM):
+        h = g * heads_per_group + tl.program_id(2) * HEADS_PER_PROGRAM + hh
         cs_row = cs_ptr + (b * H + h) * L
         cs_i = tl.load(cs_row + offs_i, mask=mask_i, other=0.0)
         dy_i = tl.load(dy_ptr + b * sx_b + offs_i[:, None] * sx_l + h * sx_h + offs_p[None, :] * sx_p,
@@ -213,9 +215,10 @@ def dc_kernel(
         scale_i = tl.exp(tl.minimum(cs_i, 0.0))
         if HAS_SEQ:
             scale_i = tl.where(seq_i == prev, scale_i, 0.0)
-        dC = tl.dot(dy_i, tl.trans(h_in), input_precision=DOT_PRECISION) * scale_i[:, None]
+        dC_state = tl.dot(dy_i, tl.trans(h_in), input_precision=DOT_PRECISION) * scale_i[:, None]
         dda_row = dda_ptr + (b * H + h) * L
-        r_state = tl.sum(dC * C_i.to(tl.float32), axis=1)  # pairs (i, j before the chunk)
+        r_state = tl.sum(dC_state * C_i.to(tl.float32), axis=1)  # pairs (i, j before the chunk)
+        acc += dC_state
         own = tl.sum(r_state, axis=0) - tl.cumsum(r_state, axis=0) + r_state  # k in this block, k <= i
         for kk in range(0, m):  # k in earlier blocks of the chunk: every i here is >= k
             offs_k = c * CHUNK + kk * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -236,24 +239,9 @@ def dc_kernel(
                 keep = keep & (seq_i[:, None] == seq_j[None, :])
             W = tl.dot(dy_i, tl.trans(x_j), input_precision=DOT_PRECISION)
             W = W * tl.where(keep, tl.exp(tl.minimum(cs_i[:, None] - cs_j[None, :], 0.0)), 0.0) * dt_j[None, :]
-            dC += tl.dot(W.to(B_j.dtype), B_j, input_precision=DOT_PRECISION)
-            V = W * tl.dot(C_i, tl.trans(B_j), input_precision=DOT_PRECISION)
-            if k == m:  # S_k = sum_{i >= k} sum_{j < k} V_ij inside the diagonal tile
-                before = tl.cumsum(V, axis=1) - V
-                rows = tl.arange(0, BLOCK_M)
-                own += tl.sum(tl.where(rows[:, None] >= rows[None, :], before, 0.0), axis=0)
-            else:
-                per_i = tl.sum(V, axis=1)
-                own += tl.sum(per_i, axis=0) - tl.cumsum(per_i, axis=0) + per_i
-                per_j = tl.sum(V, axis=0)
-                tl.atomic_add(dda_row + offs_j, tl.cumsum(per_j, axis=0) - per_j, mask=mask_j)
-                everything = tl.zeros((BLOCK_M,), dtype=tl.float32) + tl.sum(per_j, axis=0)
-                for kk in range(k + 1, m):
-                    offs_k = c * CHUNK + kk * BLOCK_M + tl.arange(0, BLOCK_M)
-                    tl.atomic_add(dda_row + offs_k, everything, mask=offs_k < L)
+            acc += tl.dot(W.to(B_j.dtype), B_j, input_precision=DOT_PRECISION)
         tl.atomic_add(dda_row + offs_i, own, mask=mask_i)
-        acc += dC
-    tl.store(dC_ptr + b * sdc_b + offs_i[:, None] * sdc_l + g * sdc_g + offs_n[None, :] * sdc_n, acc, mask=mask_in)
+    tl.atomic_add(dC_ptr + b * sdc_b + offs_i[:, None] * sdc_l + g * sdc_g + offs_n[None, :] * sdc_n, acc, mask=mask_in)
 
 
 @triton.jit
@@ -271,13 +259,14 @@ def dx_db_kernel(
     sdx_b, sdx_l, sdx_h, sdx_p,
     sdb_b, sdb_l, sdb_g, sdb_n,
     CHUNK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_P: tl.constexpr,
-    HAS_D: tl.constexpr, HAS_SEQ: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    HEADS_PER_PROGRAM: tl.constexpr, HAS_D: tl.constexpr, HAS_SEQ: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     """For source positions ``j``: ``q_j = sum_{i >= j} exp(cs_i - cs_j) (C_i . B_j) dy_i +
     exp(total - cs_j) g^T B_j`` gives ``dx_j = dt_j q_j (+ D dy_j)`` and ``d dt_j = x_j . q_j``;
     ``dB_j = sum_h dt_j [sum_i exp(cs_i - cs_j) (dy_i . x_j) C_i + exp(total - cs_j) g x_j]``,
-    ``g`` is the adjoint state entering from the right. Adds to ``ddA_k`` the pairs ``j < k`` with
-    ``j`` in the chunk and ``i`` after it (through ``g``)."""
+    ``g`` is the adjoint state entering from the right. Adds to ``ddA_k`` the straddling pairs
+    ``j < k <= i`` with ``j`` in the chunk: ``i`` in it too (from the fp32 tiles
+    ``V = (C B^T) o (dy x^T) o decay o dt``) or after it (through ``g``)."""
     blocks: tl.constexpr = CHUNK // BLOCK_M
     c = tl.program_id(0) // blocks
     k = tl.program_id(0) % blocks
@@ -297,8 +286,8 @@ def dx_db_kernel(
         seq_j = tl.load(seq_ptr + b * sq_b + offs_j * sq_l, mask=mask_j, other=-1)
         nxt = tl.load(seq_ptr + b * sq_b + tl.minimum(c * CHUNK + CHUNK, L - 1) * sq_l)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for hh in range(heads_per_group):
-        h = g * heads_per_group + hh
+    for hh in range(HEADS_PER_PROGRAM):
+        h = g * heads_per_group + tl.program_id(2) * HEADS_PER_PROGRAM + hh
         cs_row = cs_ptr + (b * H + h) * L
         cs_j = tl.load(cs_row + offs_j, mask=mask_j, other=0.0)
         total = tl.load(cs_row + last)
@@ -310,10 +299,11 @@ def dx_db_kernel(
         if HAS_SEQ:
             to_end = tl.where(seq_j == nxt, to_end, 0.0)
         q = tl.dot(B_j, g_in, input_precision=DOT_PRECISION) * to_end[:, None]
-        dB = tl.dot(x_j, tl.trans(g_in), input_precision=DOT_PRECISION) * to_end[:, None]
-        s_future = tl.sum(dB * B_j.to(tl.float32), axis=1) * dt_j  # pairs (i after the chunk, j)
+        dB_future = tl.dot(x_j, tl.trans(g_in), input_precision=DOT_PRECISION) * (to_end * dt_j)[:, None]
+        s_future = tl.sum(dB_future * B_j.to(tl.float32), axis=1)  # pairs (i after the chunk, j)
+        acc += dB_future
         dda_row = dda_ptr + (b * H + h) * L
-        tl.atomic_add(dda_row + offs_j, tl.cumsum(s_future, axis=0) - s_future, mask=mask_j)
+        own = tl.cumsum(s_future, axis=0) - s_future
         later = tl.zeros((BLOCK_M,), dtype=tl.float32) + tl.sum(s_future, axis=0)
         for kk in range(k + 1, blocks):
             offs_k = c * CHUNK + kk * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -333,9 +323,24 @@ def dx_db_kernel(
             decay = tl.where(keep, tl.exp(tl.minimum(cs_i[None, :] - cs_j[:, None], 0.0)), 0.0)
             BC = tl.dot(B_j, tl.trans(C_i), input_precision=DOT_PRECISION) * decay
             q += tl.dot(BC.to(dy_i.dtype), dy_i, input_precision=DOT_PRECISION)
-            XD = tl.dot(x_j, tl.trans(dy_i), input_precision=DOT_PRECISION) * decay
-            dB += tl.dot(XD.to(C_i.dtype), C_i, input_precision=DOT_PRECISION)
-        dB = dB * dt_j[:, None]
+            XD = tl.dot(x_j, tl.trans(dy_i), input_precision=DOT_PRECISION)
+            VT = BC * XD * dt_j[:, None]  # V_ij = (C_i . B_j) decay dt_j (dy_i . x_j), transposed
+            XD = XD * decay * dt_j[:, None]
+            acc += tl.dot(XD.to(C_i.dtype), C_i, input_precision=DOT_PRECISION)
+            if mi == k:  # S_kk = sum_{i >= kk} sum_{j < kk} V_ij inside the diagonal tile
+                before = tl.cumsum(VT, axis=0) - VT
+                idx = tl.arange(0, BLOCK_M)
+                own += tl.sum(tl.where(idx[None, :] >= idx[:, None], before, 0.0), axis=1)
+            else:
+                per_j = tl.sum(VT, axis=1)
+                own += tl.cumsum(per_j, axis=0) - per_j
+                per_i = tl.sum(VT, axis=0)
+                tl.atomic_add(dda_row + offs_i, tl.sum(per_i, axis=0) - tl.cumsum(per_i, axis=0) + per_i, mask=mask_i)
+                everything = tl.zeros((BLOCK_M,), dtype=tl.float32) + tl.sum(per_i, axis=0)
+                for kk in range(k + 1, mi):
+                    offs_k = c * CHUNK + kk * BLOCK_M + tl.arange(0, BLOCK_M)
+                    tl.atomic_add(dda_row + offs_k, everything, mask=offs_k < L)
+        tl.atomic_add(dda_row + offs_j, own, mask=mask_j)
         tl.store(ddt_ptr + (b * H + h) * L + offs_j, tl.sum(q * x_j.to(tl.float32), axis=1), mask=mask_j)
         dx = q * dt_j[:, None]
         if HAS_D:
@@ -344,5 +349,4 @@ def dx_db_kernel(
             dx += tl.load(D_ptr + h * sD_h + offs_p * sD_p, mask=mask_p, other=0.0).to(tl.float32)[None, :] * dy_j
         tl.store(dx_ptr + b * sdx_b + offs_j[:, None] * sdx_l + h * sdx_h + offs_p[None, :] * sdx_p,
                  dx.to(dx_ptr.dtype.element_ty), mask=mask_jp)
-        acc += dB
-    tl.store(dB_ptr + b * sdb_b + offs_j[:, None] * sdb_l + g * sdb_g + offs_n[None, :] * sdb_n, acc, mask=mask_jn)
+    tl.atomic_add(dB_ptr + b * sdb_b + offs_j[:, None] * sdb_l + g * sdb_g + offs_n[None, :] * sdb_n, acc, mask=mask_jn)
