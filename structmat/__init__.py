@@ -16,14 +16,17 @@ True
 from structmat.base import SingularMatrixError, StructuredMatrix
 from structmat.bidiagonal import Bidiagonal
 from structmat.dense import Dense
+from structmat.fourier import DFT, Fourier
 from structmat.diagonal import Diagonal
 from structmat.lazy import Inverse, Product, Sum, Transpose
 from structmat.linop import aslinearoperator
 from structmat.lowrank import LowRank
 from structmat.one_ss import OneSS
+from structmat.quasiseparable import Quasiseparable
 from structmat.rank import semiseparable_rank
 from structmat.ssd import ssd
 from structmat.sss import SSS
+from structmat.toeplitz import Toeplitz, ToeplitzInverse
 
 __version__ = "0.1.0"
 
@@ -36,6 +39,11 @@ __all__ = [
     "Diagonal",
     "Dense",
     "LowRank",
+    "Toeplitz",
+    "ToeplitzInverse",
+    "Fourier",
+    "DFT",
+    "Quasiseparable",
     "Sum",
     "Product",
     "Inverse",

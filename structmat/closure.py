@@ -24,6 +24,11 @@ op                           operands              result
 ``hadamard``                 SSS, SSS              SSS, orders multiply
 ``hadamard``                 Diagonal, any         Diagonal
 ``hadamard``                 Dense, any            Dense
+``+``                        SSS lower, SSS upper  Quasiseparable
+``+``                        Quasiseparable, QS / SSS / OneSS / Diagonal   Quasiseparable, orders add
+``+`` ``hadamard``           Toeplitz, Toeplitz    Toeplitz (causal if both are)
+``@``                        causal Toeplitz x2    causal Toeplitz (truncated polynomial product)
+``+`` ``@`` ``hadamard``     Fourier, Fourier      Fourier
 anything else                                      lazy Sum / Product; hadamard: TypeError
 ==========================  ====================  ==========================================
 """
@@ -36,9 +41,11 @@ from structmat.base import StructuredMatrix
 from structmat.bidiagonal import Bidiagonal
 from structmat.dense import Dense
 from structmat.diagonal import Diagonal
+from structmat.fourier import Fourier
 from structmat.lazy import Product, Sum
 from structmat.lowrank import LowRank
 from structmat.one_ss import OneSS
+from structmat.quasiseparable import Quasiseparable, qs_add, qs_add_diagonal, qs_add_sss, sss_add_mixed
 from structmat.sss import SSS
 from structmat.sss_algebra import (
     diagonal_matmul_sss,
@@ -48,6 +55,7 @@ from structmat.sss_algebra import (
     sss_matmul,
     sss_matmul_diagonal,
 )
+from structmat.toeplitz import Toeplitz, _conv
 
 __all__ = ["add", "matmul", "hadamard", "ADD", "MATMUL", "HADAMARD", "register"]
 
@@ -92,6 +100,31 @@ def _via_sss(rule, left: bool):
     return (lambda a, b: rule(a.to_sss(), b)) if left else (lambda a, b: rule(a, b.to_sss()))
 
 
+def _toeplitz_add(a: Toeplitz, b: Toeplitz):
+    if a.causal and b.causal:
+        return Toeplitz(a.c + b.c, causal=True)
+    return Toeplitz(a.c + b.c, a.r + b.r)
+
+
+def _toeplitz_matmul(a: Toeplitz, b: Toeplitz):
+    """Causal @ causal is causal (a truncated polynomial product); general products are not Toeplitz."""
+    if not (a.causal and b.causal):
+        return NotImplemented
+    return Toeplitz(_conv(a.c, b.c, a.shape[-1]), causal=True)
+
+
+def _toeplitz_hadamard(a: Toeplitz, b: Toeplitz):
+    if a.causal or b.causal:
+        return Toeplitz(a.c * b.c, causal=True)
+    return Toeplitz(a.c * b.c, a.r * b.r)
+
+
+def _fourier_hadamard(a: Fourier, b: Fourier):
+    # elementwise product of circulants: kernels multiply
+    out = Fourier.from_kernel(a.kernel * b.kernel)
+    return out
+
+
 def _lowrank_matmul(a: LowRank, m: StructuredMatrix):
     return LowRank(a.U, m.T.matmul(a.V))
 
@@ -113,6 +146,13 @@ def _dense_hadamard(a: Dense, m: StructuredMatrix):
 
 ADD = {
     (SSS, SSS): sss_add,
+    (Quasiseparable, Quasiseparable): qs_add,
+    (Quasiseparable, SSS): qs_add_sss,
+    (SSS, Quasiseparable): _swap(qs_add_sss),
+    (Quasiseparable, Diagonal): qs_add_diagonal,
+    (Diagonal, Quasiseparable): _swap(qs_add_diagonal),
+    (Toeplitz, Toeplitz): _toeplitz_add,
+    (Fourier, Fourier): lambda a, b: Fourier(a.eigvals + b.eigvals, real=a.real and b.real),
     (Bidiagonal, SSS): _via_sss(sss_add, left=True),
     (SSS, Bidiagonal): _via_sss(sss_add, left=False),
     (Bidiagonal, Bidiagonal): _bidiagonal_add,
@@ -126,8 +166,11 @@ ADD = {
     (LowRank, LowRank): lambda a, b: LowRank(torch.cat([a.U, b.U], -1), torch.cat([a.V, b.V], -1)),
     (Dense, Dense): lambda a, b: Dense(a.M + b.M),
 }
+ADD[(SSS, SSS)] = lambda a, b: _first_of(sss_add(a, b), sss_add_mixed(a, b))
 
 MATMUL = {
+    (Toeplitz, Toeplitz): _toeplitz_matmul,
+    (Fourier, Fourier): lambda a, b: Fourier(a.eigvals * b.eigvals, real=a.real and b.real),
     (OneSS, Diagonal): _oness_matmul_diagonal,
     (Diagonal, OneSS): _diagonal_matmul_oness,
     (SSS, SSS): sss_matmul,
@@ -144,6 +187,8 @@ MATMUL = {
 }
 
 HADAMARD = {
+    (Toeplitz, Toeplitz): _toeplitz_hadamard,
+    (Fourier, Fourier): _fourier_hadamard,
     (OneSS, OneSS): _oness_hadamard,
     (SSS, SSS): sss_hadamard,
     (Diagonal, StructuredMatrix): _diagonal_hadamard,
@@ -151,6 +196,10 @@ HADAMARD = {
     (Dense, StructuredMatrix): _dense_hadamard,
     (StructuredMatrix, Dense): _swap(_dense_hadamard),
 }
+
+
+def _first_of(*results):
+    return next((r for r in results if r is not NotImplemented), NotImplemented)
 
 
 def register(table: dict, left: type, right: type):
