@@ -24,6 +24,8 @@ from structmat.lowrank import LowRank
 from structmat.one_ss import OneSS
 from structmat.quasiseparable import Quasiseparable
 from structmat.rank import semiseparable_rank
+from structmat import sma
+from structmat.sma import sma_plan
 from structmat.ssd import ssd
 from structmat.sss import SSS
 from structmat.toeplitz import Toeplitz, ToeplitzInverse
@@ -51,4 +53,6 @@ __all__ = [
     "aslinearoperator",
     "semiseparable_rank",
     "ssd",
+    "sma",
+    "sma_plan",
 ]

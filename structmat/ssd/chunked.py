@@ -33,22 +33,28 @@ def _chunks(t: torch.Tensor, L: int, *, edge: bool = False) -> torch.Tensor:
     return t.reshape(t.shape[0], -1, L, *t.shape[2:])
 
 
-def ssd_chunked(x, dt, A, B, C, chunk_size: int = 64, *, initial_states=None, seq_idx=None):
+def ssd_chunked(x, dt, A, B, C, chunk_size: int = 64, *, initial_states=None, seq_idx=None, dA=None):
     """Chunked SSD on processed ``dt``; same contract as :func:`structmat.ssd.naive.ssd_sequential`.
 
-    Computes in float32 (float64 stays float64). Returns ``(y, final_states, chunk_states)`` where
+    ``dA`` (``(b, l, h)``, optional) gives the log decays directly (``-inf`` allowed) instead of
+    ``dt A``; ``dt`` then only scales the inputs. Computes in float32 (float64 stays float64), or
+    complex when an input is complex. Returns ``(y, final_states, chunk_states)`` where
     ``chunk_states[:, c]`` is the state entering chunk ``c``, shape ``(b, c, h, p, n)``.
     """
     b, l, h, p = x.shape
     g = B.shape[2]
     work = torch.float64 if x.dtype == torch.float64 else torch.float32
-    x, dt, A, B, C = (t.to(work) for t in (x, dt, A, B, C))
+    for t in (x, B, C):
+        work = torch.promote_types(work, t.dtype) if t.dtype.is_complex else work
+    x, B, C = (t.to(work) for t in (x, B, C))
+    real = work.to_real() if work.is_complex else work
+    dt, A = dt.to(real), A.to(real)
     L = chunk_size
     Bh = _chunks(B.repeat_interleave(h // g, dim=2), L)  # (b, c, L, h, n)
     Ch = _chunks(C.repeat_interleave(h // g, dim=2), L)
     xc = _chunks(x, L)  # (b, c, L, h, p)
     dtc = _chunks(dt, L)  # (b, c, L, h)
-    dA = (dtc * A).permute(0, 3, 1, 2)  # (b, h, c, L)
+    dA = (dtc * A if dA is None else _chunks(dA.to(real), L)).permute(0, 3, 1, 2)  # (b, h, c, L)
     seg = segsum(dA)  # (b, h, c, L, L)
     if seq_idx is not None:
         # ids must be non-decreasing along l; padded steps continue the last sequence (dt = 0 there)
@@ -56,19 +62,20 @@ def ssd_chunked(x, dt, A, B, C, chunk_size: int = 64, *, initial_states=None, se
         same = sidx[:, None, :, :, None] == sidx[:, None, :, None, :]
         seg = seg.masked_fill(~same, float("-inf"))
     decay = torch.exp(seg)
-    y_intra = torch.einsum("bclhn,bcshn,bhcls,bcsh,bcshp->bclhp", Ch, Bh, decay, dtc, xc)
+    w = lambda t: t.to(work)  # noqa: E731  (einsum wants one dtype; complex inputs make it complex)
+    y_intra = torch.einsum("bclhn,bcshn,bhcls,bcsh,bcshp->bclhp", Ch, Bh, w(decay), w(dtc), xc)
 
     to_end = decay[..., -1, :]  # (b, h, c, L): products from s+1 to the chunk end
-    chunk_states = torch.einsum("bcshn,bhcs,bcsh,bcshp->bchpn", Bh, to_end, dtc, xc)
+    chunk_states = torch.einsum("bcshn,bhcs,bcsh,bcshp->bchpn", Bh, w(to_end), w(dtc), xc)
     from_start = torch.exp(torch.cumsum(dA, dim=-1))  # (b, h, c, L): products over [start, i]
     chunk_decay = from_start[..., -1]  # (b, h, c)
     if seq_idx is not None:
         # the state entering chunk c holds the sequence of the step before it (chunk 0: of step 0)
         prev_end = torch.cat([sidx[:, :1, :1], sidx[:, :-1, -1:]], dim=1)
-        from_start = from_start * (sidx == prev_end)[:, None].to(work)
+        from_start = from_start * (sidx == prev_end)[:, None].to(real)
         chunk_decay = from_start[..., -1]
-        survives = (sidx[:, :, -1:] == sidx)[:, None].to(work)
-        chunk_states = torch.einsum("bcshn,bhcs,bcsh,bcshp->bchpn", Bh, to_end * survives, dtc, xc)
+        survives = (sidx[:, :, -1:] == sidx)[:, None].to(real)
+        chunk_states = torch.einsum("bcshn,bhcs,bcsh,bcshp->bchpn", Bh, w(to_end * survives), w(dtc), xc)
 
     state = x.new_zeros(b, h, p, B.shape[-1]) if initial_states is None else initial_states.to(work)
     entering = []
@@ -76,6 +83,6 @@ def ssd_chunked(x, dt, A, B, C, chunk_size: int = 64, *, initial_states=None, se
         entering.append(state)
         state = chunk_decay[:, :, c, None, None] * state + chunk_states[:, c]
     entering = torch.stack(entering, dim=1)  # (b, c, h, p, n)
-    y_inter = torch.einsum("bclhn,bchpn,bhcl->bclhp", Ch, entering, from_start)
+    y_inter = torch.einsum("bclhn,bchpn,bhcl->bclhp", Ch, entering, w(from_start))
     y = (y_intra + y_inter).reshape(b, -1, h, p)[:, :l]
     return y, state, entering

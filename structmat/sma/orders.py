@@ -1,0 +1,108 @@
+"""The contraction orders of structured masked attention, each a small function.
+
+``Y[b,t,h,p] = sum_s L[b,h,t,s] (sum_n Q[b,t,h,n] K[b,s,h,n]) V[b,s,h,p]`` with heads already
+expanded (``q, k: (B, T|S, H, N)``, ``v: (B, S, H, P)``) and the mask's batch broadcastable to
+``(B, H)``:
+
+* :func:`quadratic` -- materialise ``Q K^T`` per head, Hadamard with the dense mask, times ``V``.
+  Any mask; ``O(B H T S (N + P))`` time and ``O(B H T S)`` memory.
+* :func:`linear` -- ``Z_s = K_s V_s^T`` (``N x P`` per position), the mask applied along ``S`` to
+  ``Z`` with its fast matvec, contracted with ``Q``; the ``N`` axis is processed in slices so the
+  extra memory stays ``O(B H S n_slice P)``. Any mask with a fast matvec.
+* :func:`chunked` -- the SSD block decomposition for ``OneSS`` masks: quadratic inside chunks,
+  states between them. ``O(B H T L (N + P) + B H T N P)``.
+* :func:`lowrank` -- ``L = U V^T``: ``Y = sum_r diag(u_r) Q (K^T diag(v_r) V)``, linear in ``T``.
+"""
+
+from __future__ import annotations
+
+import opt_einsum
+import torch
+
+from structmat.base import StructuredMatrix
+from structmat.lowrank import LowRank
+from structmat.one_ss import OneSS
+
+__all__ = ["quadratic", "linear", "chunked", "lowrank", "mask_to_bh"]
+
+
+def mask_to_bh(mask: StructuredMatrix, B: int, H: int) -> tuple[int, ...]:
+    """The mask's batch shape as a 2-D ``(B|1, H|1)`` pair (validated)."""
+    batch = tuple(mask.batch_shape)
+    if len(batch) > 2:
+        raise ValueError(f"mask batch shape {batch} must broadcast to (B, H) = ({B}, {H})")
+    full = (1,) * (2 - len(batch)) + batch
+    if full[0] not in (1, B) or full[1] not in (1, H):
+        raise ValueError(f"mask batch shape {batch} must broadcast to (B, H) = ({B}, {H})")
+    return full
+
+
+def quadratic(q, k, v, mask: StructuredMatrix, scale: float) -> torch.Tensor:
+    L = mask.to_dense()
+    L = L.reshape(*mask_to_bh(mask, q.shape[0], q.shape[2]), *L.shape[-2:])
+    dtype = torch.promote_types(q.dtype, L.dtype)
+    scores = opt_einsum.contract("bthn,bshn->bhts", q.to(dtype), k.to(dtype)) * scale
+    return opt_einsum.contract("bhts,bshp->bthp", scores * L.to(dtype), v.to(dtype))
+
+
+def linear(q, k, v, mask: StructuredMatrix, scale: float, n_slice: int | None = None) -> torch.Tensor:
+    Bsz, S, H, N = k.shape
+    P = v.shape[-1]
+    bh = mask_to_bh(mask, Bsz, H)
+    M = mask if mask.batch_shape == torch.Size(bh) else _reshape_mask(mask, bh)
+    n_slice = N if n_slice is None else max(1, min(n_slice, N))
+    out = None
+    for n0 in range(0, N, n_slice):
+        kn = k[..., n0 : n0 + n_slice]  # (B, S, H, n)
+        Z = (kn[..., :, None] * v[..., None, :]).permute(0, 2, 1, 3, 4)  # (B, H, S, n, P)
+        Z = Z.reshape(Bsz, H, S, -1)
+        MZ = M.matmul(Z).reshape(Bsz, H, -1, kn.shape[-1], P)  # (B, H, T, n, P)
+        qn = q[..., n0 : n0 + n_slice].permute(0, 2, 1, 3)  # (B, H, T, n)
+        part = torch.einsum("bhtn,bhtnp->bthp", qn.to(MZ.dtype), MZ)
+        out = part if out is None else out + part
+    return out * scale
+
+
+def _reshape_mask(mask: StructuredMatrix, bh):
+    """View a mask with batch ``(H,)`` etc. as ``(B|1, H|1)`` by a parameter map (no copy)."""
+    extra = len(bh) - len(mask.batch_shape)
+    if extra == 0:
+        return mask
+    return mask._map(lambda t: t.reshape(*(1,) * extra, *t.shape) if t.dim() > 0 else t)
+
+
+def chunked(q, k, v, mask: OneSS, scale: float, chunk: int) -> torch.Tensor:
+    from structmat.ssd.chunked import ssd_chunked
+
+    Bsz, T, H, N = q.shape
+    if not mask.lower:
+        # an upper mask is the lower one in reversed time
+        flip = lambda t: torch.flip(t, (1,))  # noqa: E731
+        return flip(chunked(flip(q), flip(k), flip(v), _reversed(mask), scale, chunk))
+    bh = mask_to_bh(mask, Bsz, H)
+    expand = lambda t: t.reshape(*bh, T).expand(Bsz, H, T).transpose(1, 2)  # noqa: E731  (B, T, H)
+    dA = expand(torch.cat([torch.zeros_like(mask.log_a[..., :1]), mask.log_a[..., 1:]], -1))
+    b = expand(mask.B[..., 0])
+    c = expand(mask.C[..., 0])
+    y, _, _ = ssd_chunked(v, torch.ones_like(dA), torch.ones(H, dtype=dA.dtype, device=dA.device),
+                          k * b[..., None], q * c[..., None], chunk, dA=dA)
+    return y * scale
+
+
+def _reversed(mask: OneSS) -> OneSS:
+    """``J M J`` for an upper ``OneSS`` ``M``: a lower OneSS."""
+    from structmat.sss import flip_params
+
+    A, B, C, _ = flip_params(mask.log_a, mask.B, mask.C, None, "log")
+    # flip_params gives J M_lower^T J; for M = M_lower^T that is exactly J M J
+    return OneSS(A, b=B[..., 0], c=C[..., 0])
+
+
+def lowrank(q, k, v, mask: LowRank, scale: float) -> torch.Tensor:
+    Bsz, T, H, N = q.shape
+    bh = mask_to_bh(mask, Bsz, H)
+    U = mask.U.reshape(*bh, *mask.U.shape[-2:]).expand(Bsz, H, *mask.U.shape[-2:])  # (B, H, T, r)
+    W = mask.V.reshape(*bh, *mask.V.shape[-2:]).expand(Bsz, H, *mask.V.shape[-2:])  # (B, H, S, r)
+    dtype = torch.promote_types(q.dtype, U.dtype)
+    kv = opt_einsum.contract("bshn,bhsr,bshp->bhrnp", k.to(dtype), W.to(dtype), v.to(dtype))
+    return opt_einsum.contract("bthn,bhtr,bhrnp->bthp", q.to(dtype), U.to(dtype), kv) * scale
