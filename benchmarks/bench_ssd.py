@@ -25,8 +25,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).parent))
 
-import structmat as sm  # noqa: E402
 from _report import table, write  # noqa: E402
+
+import structmat as sm  # noqa: E402
 from structmat.ssd.chunked import ssd_chunked  # noqa: E402
 
 
@@ -111,7 +112,8 @@ def correctness(peers, batch=2, T=2048, H=8, P=64, N=128) -> dict:
         for t in (xg, dtg, Ag, Bg, Cg):
             t.grad = None
         peers["mamba_ssm"](xg, dtg, Ag, Bg, Cg, chunk_size=256).backward(gy)
-        grad_errs.update({f"mamba_{n}": rel_err(t.grad, r.grad) for n, t, r in zip(["dx", "ddt", "dA", "dB", "dC"], (xg, dtg, Ag, Bg, Cg), refs)})
+        names = ["dx", "ddt", "dA", "dB", "dC"]
+        grad_errs.update({f"mamba_{n}": rel_err(t.grad, r.grad) for n, t, r in zip(names, (xg, dtg, Ag, Bg, Cg), refs)})
     return {"shape": dict(batch=batch, T=T, H=H, P=P, N=N), "fwd_rel_l2_vs_float64": errs, "grad_rel_l2_vs_float64": grad_errs}
 
 

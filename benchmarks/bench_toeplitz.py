@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 import scipy.linalg as sl
 import torch
+from _report import median_ms, table, write
 
 import structmat as sm
-from _report import median_ms, table, write
 
 torch.set_num_threads(2)
 

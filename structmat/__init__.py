@@ -13,18 +13,18 @@ SSS(shape=(6, 6), order=2, dtype=float64)
 True
 """
 
+from structmat import sma
 from structmat.base import SingularMatrixError, StructuredMatrix
 from structmat.bidiagonal import Bidiagonal
 from structmat.dense import Dense
-from structmat.fourier import DFT, Fourier
 from structmat.diagonal import Diagonal
+from structmat.fourier import DFT, Fourier
 from structmat.lazy import Inverse, Product, Sum, Transpose
 from structmat.linop import aslinearoperator
 from structmat.lowrank import LowRank
 from structmat.one_ss import OneSS
 from structmat.quasiseparable import Quasiseparable
 from structmat.rank import semiseparable_rank
-from structmat import sma
 from structmat.sma import sma_plan
 from structmat.ssd import ssd
 from structmat.sss import SSS

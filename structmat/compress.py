@@ -28,7 +28,7 @@ def _dense_A(A: torch.Tensor, kind: str, N: int, dtype) -> torch.Tensor:
 
 def _reachability_sweep(A, B, C, tol):
     """One sweep on dense ``A (*, T, N, N)``; returns padded reduced ``(A', B', C')``."""
-    T, N = B.shape[-2], B.shape[-1]
+    T, _N = B.shape[-2], B.shape[-1]
     bases, ranks = [], []
     V = None
     for t in range(T):

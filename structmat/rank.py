@@ -24,8 +24,7 @@ def _dense_rank(M: torch.Tensor, tol: float | None, strict: bool) -> int:
 def _per_block(svals, batch):
     n = max(1, int(torch.tensor(batch).prod()) if len(batch) else 1)
     for sv in svals:
-        for chunk in sv.reshape(n, -1):
-            yield chunk
+        yield from sv.reshape(n, -1)
 
 
 def _psd_sqrt(G: torch.Tensor) -> torch.Tensor:

@@ -3,10 +3,9 @@
 import numpy as np
 import pytest
 import torch
+from reference import sequential_one_ss
 
 import structmat as sm
-
-from reference import sequential_one_ss
 
 F64 = torch.float64
 
@@ -147,7 +146,8 @@ def test_singular_matrices_raise():
 
 def test_inputs_never_mutated():
     g = torch.Generator().manual_seed(5)
-    A, B, C, D = torch.rand(40, 2, generator=g), torch.randn(40, 2, generator=g), torch.randn(40, 2, generator=g), 3 + torch.rand(40, generator=g)
+    A, B = torch.rand(40, 2, generator=g), torch.randn(40, 2, generator=g)
+    C, D = torch.randn(40, 2, generator=g), 3 + torch.rand(40, generator=g)
     nan_first = A.clone()
     nan_first[0] = 7.0  # A[0] is unused: any finite value must leave the result alone
     x = torch.randn(40, 3, generator=g)

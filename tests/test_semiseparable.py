@@ -5,12 +5,11 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from reference import dense_of
 
 import structmat as sm
 import structmat.testing as smt
 from structmat.scan import linear_scan, linear_scan_sequential
-
-from reference import dense_of
 
 F64 = torch.float64
 

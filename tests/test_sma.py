@@ -140,6 +140,15 @@ def test_decoding_refuses_unbounded_masks():
             sm.sma.Decoder(M)
 
 
+def test_chunked_admissibility():
+    T = 6
+    assert "chunked" in admissible(sm.SSS(torch.rand(T, 2), torch.ones(T, 2), torch.ones(T, 2)))
+    assert "chunked" not in admissible(sm.SSS(-torch.rand(T, 2), torch.ones(T, 2), torch.ones(T, 2)))
+    assert "chunked" not in admissible(sm.SSS(torch.rand(T, 2, 2), torch.ones(T, 2), torch.ones(T, 2)))
+    assert "chunked" in admissible(sm.Quasiseparable.bidirectional(sm.OneSS.causal(T), sm.OneSS.causal(T)))
+    assert "chunked" not in admissible(sm.Toeplitz.causal(torch.ones(T)))
+
+
 def test_plan_and_errors():
     plan = sm.sma_plan((2, 4096, 8, 64), (2, 4096, 8, 64), (2, 4096, 8, 64), sm.OneSS.causal(4096))
     assert set(plan.alternatives) == {"quadratic", "linear", "chunked"}

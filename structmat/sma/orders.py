@@ -9,8 +9,11 @@ expanded (``q, k: (B, T|S, H, N)``, ``v: (B, S, H, P)``) and the mask's batch br
 * :func:`linear` -- ``Z_s = K_s V_s^T`` (``N x P`` per position), the mask applied along ``S`` to
   ``Z`` with its fast matvec, contracted with ``Q``; the ``N`` axis is processed in slices so the
   extra memory stays ``O(B H S n_slice P)``. Any mask with a fast matvec.
-* :func:`chunked` -- the SSD block decomposition for ``OneSS`` masks: quadratic inside chunks,
-  states between them. ``O(B H T L (N + P) + B H T N P)``.
+* :func:`chunked` -- the SSD block decomposition: quadratic inside chunks, states between them,
+  ``O(B H T L (N + P) + B H T N P)`` per 1-SS term. ``OneSS`` masks directly; an ``SSS`` with
+  non-negative scalar or diagonal ``A`` is the sum of its ``N`` one-state masks
+  ``OneSS(log A_m, b=B_m, c=C_m)`` (plus a diagonal correction for an explicit ``D``); a
+  ``Quasiseparable`` mask is its lower part, its upper part and its diagonal.
 * :func:`lowrank` -- ``L = U V^T``: ``Y = sum_r diag(u_r) Q (K^T diag(v_r) V)``, linear in ``T``.
 """
 
@@ -71,14 +74,54 @@ def _reshape_mask(mask: StructuredMatrix, bh):
     return mask._map(lambda t: t.reshape(*(1,) * extra, *t.shape) if t.dim() > 0 else t)
 
 
-def chunked(q, k, v, mask: OneSS, scale: float, chunk: int) -> torch.Tensor:
+def chunk_terms(mask: StructuredMatrix) -> list[OneSS] | None:
+    """The 1-SS terms of a mask that the chunked order can run, or None."""
+    from structmat.quasiseparable import Quasiseparable
+    from structmat.sss import SSS
+
+    if isinstance(mask, OneSS):
+        return [mask]
+    if isinstance(mask, Quasiseparable):
+        lo, up = chunk_terms(mask.lower_part), chunk_terms(mask.upper_part)
+        return None if lo is None or up is None else lo + up
+    if isinstance(mask, SSS) and mask.kind in ("scalar", "diag") and not mask.dtype.is_complex:
+        A = mask.A
+        if bool((A[..., 1:] < 0).any()):
+            return None
+        A = A[..., None].expand(*A.shape, mask.order) if mask.kind == "scalar" else A
+        log_a = torch.where(A > 0, torch.log(torch.where(A > 0, A, torch.ones_like(A))), float("-inf"))
+        log_a = torch.cat([torch.zeros_like(log_a[..., :1, :]), log_a[..., 1:, :]], dim=-2)
+        return [OneSS(log_a[..., m], b=mask.B[..., m], c=mask.C[..., m], lower=mask.lower) for m in range(mask.order)]
+    return None
+
+
+def _diagonal_correction(mask: StructuredMatrix, terms: list[OneSS]):
+    """``diag(mask) - sum of the terms' diagonals`` (explicit ``D``, strict parts, free diagonals)."""
+    total = sum(t.diagonal() for t in terms)
+    return mask.diagonal() - total
+
+
+def chunked(q, k, v, mask: StructuredMatrix, scale: float, chunk: int) -> torch.Tensor:
+    terms = chunk_terms(mask)
+    if terms is None:
+        raise ValueError(f"the chunked order does not apply to {type(mask).__name__} with these transitions")
+    y = sum(_chunked_one(q, k, v, term, scale, chunk) for term in terms)
+    if len(terms) == 1 and terms[0] is mask:
+        return y
+    corr = _diagonal_correction(mask, terms)  # (*mask_batch, T)
+    Bsz, T, H, _ = q.shape
+    corr = corr.reshape(*mask_to_bh(mask, Bsz, H), T).expand(Bsz, H, T).transpose(1, 2)  # (B, T, H)
+    return y + scale * corr[..., None].to(y.dtype) * (q * k).sum(-1, keepdim=True).to(y.dtype) * v.to(y.dtype)
+
+
+def _chunked_one(q, k, v, mask: OneSS, scale: float, chunk: int) -> torch.Tensor:
     from structmat.ssd.chunked import ssd_chunked
 
     Bsz, T, H, N = q.shape
     if not mask.lower:
         # an upper mask is the lower one in reversed time
         flip = lambda t: torch.flip(t, (1,))  # noqa: E731
-        return flip(chunked(flip(q), flip(k), flip(v), _reversed(mask), scale, chunk))
+        return flip(_chunked_one(flip(q), flip(k), flip(v), _reversed(mask), scale, chunk))
     bh = mask_to_bh(mask, Bsz, H)
     expand = lambda t: t.reshape(*bh, T).expand(Bsz, H, T).transpose(1, 2)  # noqa: E731  (B, T, H)
     dA = expand(torch.cat([torch.zeros_like(mask.log_a[..., :1]), mask.log_a[..., 1:]], -1))

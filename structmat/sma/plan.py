@@ -15,11 +15,9 @@ import opt_einsum
 import torch
 
 from structmat.base import StructuredMatrix
-from structmat.dense import Dense
 from structmat.diagonal import Diagonal
 from structmat.fourier import DFT, Fourier
 from structmat.lowrank import LowRank
-from structmat.one_ss import OneSS
 from structmat.quasiseparable import Quasiseparable
 from structmat.sss import SSS
 from structmat.toeplitz import Toeplitz
@@ -79,8 +77,10 @@ def _einsum_flops(expr: str, *shapes) -> float:
 
 def admissible(mask: StructuredMatrix) -> list[str]:
     """Orders that can run ``mask``; ``quadratic`` always can."""
+    from structmat.sma.orders import chunk_terms
+
     orders = ["quadratic", "linear"]
-    if isinstance(mask, OneSS):
+    if chunk_terms(mask) is not None:
         orders.append("chunked")
     if isinstance(mask, LowRank):
         orders.append("lowrank")
@@ -97,6 +97,8 @@ def sma_plan(q, k, v, mask: StructuredMatrix, *, dtype=None, device=None, chunk:
     >>> plan.order
     'chunked'
     """
+    from structmat.sma.orders import chunk_terms
+
     Bsz, T, _, N = _shape(q)
     S = _shape(k)[1]
     H, P = _shape(v)[2], _shape(v)[3]
@@ -118,7 +120,8 @@ def sma_plan(q, k, v, mask: StructuredMatrix, *, dtype=None, device=None, chunk:
             extra = 2 * BH * max(S, T) * N * P * elt
         elif order == "chunked":
             L = min(chunk, T)
-            flops = 2 * BH * T * L * (N + P) + 4 * BH * T * N * P
+            terms = len(chunk_terms(mask))
+            flops = terms * (2 * BH * T * L * (N + P) + 4 * BH * T * N * P)
             extra = BH * (T // L + 1) * N * P * elt + BH * T * L * elt
         else:
             r = mask.order
