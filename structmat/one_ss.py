@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import torch
 
+from structmat import iir
 from structmat.base import SingularMatrixError, as_tensor, check_finite
-from structmat.scan import linear_scan
+from structmat.scan import decay_scan
 from structmat.sss import SSS
 
 __all__ = ["OneSS"]
@@ -74,13 +75,27 @@ class OneSS(SSS):
             raise ValueError(f"{name} must have shape (*, T) like log_a {tuple(log_a.shape)}; got {tuple(x.shape)}")
         return x
 
+    def to_dense(self) -> torch.Tensor:
+        """``c_j exp(segsum(log_a))[j, i] b_i``, the segment sums as masked cumulative sums."""
+        from structmat.ssd.chunked import segsum
+
+        log_a = torch.cat([torch.zeros_like(self.log_a[..., :1]), self.log_a[..., 1:]], dim=-1)
+        L = torch.exp(segsum(log_a)).to(self.dtype)
+        dense = self.C[..., 0][..., :, None] * L * self.B[..., 0][..., None, :]
+        dense = dense.expand(self.shape)
+        return dense if self.lower else dense.transpose(-1, -2)
+
     def _matmat(self, X: torch.Tensor) -> torch.Tensor:
         if not self.lower:
             return super()._matmat(X)
         # h_t = a_t h_{t-1} + b_t x_t, y_t = c_t h_t: skip the unit scalings
         log_a = torch.cat([torch.zeros_like(self.log_a[..., :1]), self.log_a[..., 1:]], dim=-1)
         u = X if self.b is None else self.b[..., None] * X
-        h = linear_scan(log_a, u[..., None, :], "log", chunk=8)[..., 0, :]
+        a = iir.constant_decay(log_a, u)
+        if a is not None:  # one decay on the CPU: the IIR filter in compiled code
+            h = iir.iir_scan(log_a, u, a)
+        else:
+            h = decay_scan(log_a, u)
         return h if self.c is None else self.c[..., None] * h
 
     # --- constructors -------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["linear_scan", "linear_scan_sequential", "apply_transition", "KINDS"]
+__all__ = ["linear_scan", "linear_scan_sequential", "decay_scan", "apply_transition", "KINDS"]
 
 KINDS = ("log", "scalar", "diag", "dense")
 _CHUNK = 32
@@ -161,3 +161,38 @@ def linear_scan(
     h = h_local + apply_transition(phi, h_in[..., None, :, :], kind)
     h = h.reshape(*u.shape[:-3], n_chunks * chunk, *u.shape[-2:])
     return h[..., :steps, :, :]
+
+
+def decay_scan(log_a: torch.Tensor, u: torch.Tensor, chunk: int = 32) -> torch.Tensor:
+    """``linear_scan(log_a, u[..., None, :], "log")[..., 0, :]`` without the state axis.
+
+    The 1-SS hot path: ``u`` of shape ``(*, T, K)``, ``log_a`` of shape ``(*, T)``. Same blocked
+    algorithm, fewer and larger tensor operations.
+    """
+    steps = u.shape[-2]
+    a = torch.exp(log_a)
+    if steps <= 2 * chunk:
+        h, out = u[..., 0, :], [u[..., 0, :]]
+        for t in range(1, steps):
+            h = torch.addcmul(u[..., t, :], a[..., t, None], h)
+            out.append(h)
+        return torch.stack(out, dim=-2)
+    n_chunks = -(-steps // chunk)
+    pad = n_chunks * chunk - steps
+    if pad:
+        log_a = torch.nn.functional.pad(log_a, (0, pad))
+        a = torch.nn.functional.pad(a, (0, pad), value=1.0)
+        u = torch.nn.functional.pad(u, (0, 0, 0, pad))
+    a_c = a.reshape(*a.shape[:-1], n_chunks, chunk)
+    u_c = u.reshape(*u.shape[:-2], n_chunks, chunk, u.shape[-1])
+    h = u_c[..., 0, :]
+    local = [h]
+    for t in range(1, chunk):
+        h = torch.addcmul(u_c[..., t, :], a_c[..., t, None], h)
+        local.append(h)
+    local = torch.stack(local, dim=-2)
+    log_phi = torch.cumsum(log_a.reshape(*log_a.shape[:-1], n_chunks, chunk), dim=-1)
+    h_end = decay_scan(log_phi[..., -1], local[..., -1, :], chunk)
+    h_in = torch.cat([torch.zeros_like(h_end[..., :1, :]), h_end[..., :-1, :]], dim=-2)
+    out = torch.addcmul(local, torch.exp(log_phi)[..., None], h_in[..., None, :])
+    return out.reshape(*u.shape[:-2], n_chunks * chunk, u.shape[-1])[..., :steps, :]

@@ -225,8 +225,17 @@ class SSS(StructuredMatrix):
         return sss_inverse(self)
 
     def solve(self, Y) -> torch.Tensor:
-        """Solve ``M X = Y`` by the inverse recurrence, ``O(T N^2 K)``."""
-        return self.inv().matmul(Y)
+        """Solve ``M X = Y`` (``Y`` of shape ``(*, T, K)`` or ``(T,)``) by block forward substitution
+        (:func:`structmat.sss_solve.sss_solve`), ``O(T (L + N) K)`` for diagonal transitions."""
+        from structmat.sss_solve import sss_solve
+
+        self._check_square("solve()")
+        Y = torch.as_tensor(Y, device=self.device)
+        vector = Y.dim() == 1
+        dtype = torch.promote_types(self.dtype, Y.dtype)
+        M = self if dtype == self.dtype else self.to(dtype)
+        X = sss_solve(M, (Y[:, None] if vector else Y).to(dtype))
+        return X[..., 0] if vector else X
 
     def compress(self, tol: float | None = None) -> SSS:
         """Equivalent SSS of minimal order (see :func:`structmat.compress.minimal_realization`)."""

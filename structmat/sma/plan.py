@@ -26,6 +26,9 @@ __all__ = ["Plan", "sma_plan", "mask_matvec_flops", "ORDERS"]
 
 ORDERS = ("quadratic", "linear", "chunked", "lowrank")
 _RATES = {"cpu": (2e10, 1e10), "cuda": (3e14, 2.5e12)}  # (flop/s, byte/s)
+# fixed costs per Python-level pass (ms), measured with benchmarks/bench_sma.py on the 2-core CPU
+_OVERHEAD_MS = {"cpu": {"quadratic": 0.2, "linear": 0.3, "chunked": 1.0, "lowrank": 0.2},
+                "cuda": {"quadratic": 0.05, "linear": 0.2, "chunked": 0.3, "lowrank": 0.05}}
 
 
 def mask_matvec_flops(mask: StructuredMatrix, K: int) -> float:
@@ -111,23 +114,26 @@ def sma_plan(q, k, v, mask: StructuredMatrix, *, dtype=None, device=None, chunk:
     BH = Bsz * H
     costs = {}
     for order in admissible(mask):
+        passes = 1
         if order == "quadratic":
             flops = _einsum_flops("bthn,bshn->bhts", (Bsz, T, H, N), (Bsz, S, H, N)) + BH * T * S
             flops += _einsum_flops("bhts,bshp->bthp", (Bsz, H, T, S), (Bsz, S, H, P))
-            extra = 2 * BH * T * S * elt
+            extra = 4 * BH * T * S * elt  # scores, the dense mask, their product, the mask build
         elif order == "linear":
             flops = 2 * BH * S * N * P + BH * mask_matvec_flops(mask, N * P) + 2 * BH * T * N * P
             extra = 2 * BH * max(S, T) * N * P * elt
+            passes = 1 + int(math.log(max(T, 2), 32))  # the blocked scan's levels
         elif order == "chunked":
             L = min(chunk, T)
             terms = len(chunk_terms(mask))
             flops = terms * (2 * BH * T * L * (N + P) + 4 * BH * T * N * P)
-            extra = BH * (T // L + 1) * N * P * elt + BH * T * L * elt
+            extra = terms * (BH * (T // L + 1) * N * P * elt + 4 * BH * T * L * elt)
+            passes = terms
         else:
             r = mask.order
             flops = r * (2 * BH * S * N * P + 2 * BH * T * N * P)
             extra = BH * r * N * P * elt
-        ms = 1e3 * (flops / flop_rate + extra / byte_rate)
+        ms = 1e3 * (flops / flop_rate + extra / byte_rate) + passes * _OVERHEAD_MS.get(kind, _OVERHEAD_MS["cpu"])[order]
         costs[order] = {"flops": flops, "bytes": extra, "ms": ms}
     best = min(costs, key=lambda o: costs[o]["ms"])
     return Plan(best, costs[best]["flops"], costs[best]["bytes"], costs, kind, chunk)
