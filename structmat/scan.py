@@ -191,8 +191,10 @@ def decay_scan(log_a: torch.Tensor, u: torch.Tensor, chunk: int = 32) -> torch.T
         h = torch.addcmul(u_c[..., t, :], a_c[..., t, None], h)
         local.append(h)
     local = torch.stack(local, dim=-2)
-    log_phi = torch.cumsum(log_a.reshape(*log_a.shape[:-1], n_chunks, chunk), dim=-1)
-    h_end = decay_scan(log_phi[..., -1], local[..., -1, :], chunk)
+    # prefix products inside a chunk: a product of at most `chunk` factors (never a ratio); the
+    # chunk totals go up a level as sums of logs, so long spans stay accurate
+    phi = torch.cumprod(a_c, dim=-1)
+    h_end = decay_scan(log_a.reshape(*log_a.shape[:-1], n_chunks, chunk).sum(-1), local[..., -1, :], chunk)
     h_in = torch.cat([torch.zeros_like(h_end[..., :1, :]), h_end[..., :-1, :]], dim=-2)
-    out = torch.addcmul(local, torch.exp(log_phi)[..., None], h_in[..., None, :])
+    out = torch.addcmul(local, phi[..., None], h_in[..., None, :])
     return out.reshape(*u.shape[:-2], n_chunks * chunk, u.shape[-1])[..., :steps, :]
