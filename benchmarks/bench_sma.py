@@ -20,8 +20,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).parent))
 
-import structmat as sm  # noqa: E402
 from _report import table, write  # noqa: E402
+
+import structmat as sm  # noqa: E402
 from structmat.sma.plan import admissible  # noqa: E402
 
 QUADRATIC_MAX_T = 8192  # beyond this the T x S scores do not fit the 24 GiB CPU machine comfortably
@@ -84,9 +85,7 @@ def main():
     configs = [(name, NP) for name in ("OneSS", "SSS(4)", "causal Toeplitz", "Fourier", "Quasiseparable") for NP in (16, 64)]
     rows, curves = [], {}
     B, H = 1, 2
-    for name, NP in tqdm([(c, T) for c in configs for T in Ts], desc="bench_sma"):
-        (mask_name, N), T = name, NP
-        P = N
+    for (mask_name, N), T in tqdm([(c, T) for c in configs for T in Ts], desc="bench_sma"):
         mask = make_mask(mask_name, T, H, device)
         g = torch.Generator().manual_seed(0)
         q, k, v = (torch.randn(B, T, H, N, generator=g).to(device) / N**0.5 for _ in range(3))

@@ -127,9 +127,22 @@ def _chunked_one(q, k, v, mask: OneSS, scale: float, chunk: int) -> torch.Tensor
     dA = expand(torch.cat([torch.zeros_like(mask.log_a[..., :1]), mask.log_a[..., 1:]], -1))
     b = expand(mask.B[..., 0])
     c = expand(mask.C[..., 0])
+    if _triton_applies(q, dA, b, c):
+        from structmat.triton.ssd import ssd_triton
+
+        y, _ = ssd_triton(v, dA.float(), torch.zeros(H, device=v.device), k * b[..., None].to(k.dtype),
+                          q * c[..., None].to(q.dtype), chunk if chunk in (16, 32, 64, 128, 256) else 64, dt_is_dA=True)
+        return y * scale
     y, _, _ = ssd_chunked(v, torch.ones_like(dA), torch.ones(H, dtype=dA.dtype, device=dA.device),
                           k * b[..., None], q * c[..., None], chunk, dA=dA)
     return y * scale
+
+
+def _triton_applies(q, dA, b, c) -> bool:
+    """The SSD kernel runs a OneSS mask on CUDA when its log decays are finite and <= 0 (real data)."""
+    if not q.is_cuda or q.is_complex() or b.is_complex() or c.is_complex():
+        return False
+    return bool(torch.isfinite(dA).all() and (dA <= 0).all())
 
 
 def _reversed(mask: OneSS) -> OneSS:

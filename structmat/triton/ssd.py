@@ -47,7 +47,7 @@ def _seq_args(seq_idx, like):
     return seq_idx, seq_idx.stride(0), seq_idx.stride(1)
 
 
-def run_states(x, dt, A, B, init, seq_idx, chunk, *, reverse=False, write_cs=True, out=None):
+def run_states(x, dt, A, B, init, seq_idx, chunk, *, reverse=False, write_cs=True, out=None, dt_is_dA=False):
     """States entering each chunk ``(b, c, h, n, p)``, the last state ``(b, h, p, n)`` (fp32) and
     chunk-local cumulative ``dt A`` ``(b, h, l)`` (fp32). The per-chunk states are kept in the input
     dtype for 16-bit inputs: they only feed 16-bit tensor-core dots, and it halves their traffic.
@@ -75,7 +75,7 @@ def run_states(x, dt, A, B, init, seq_idx, chunk, *, reverse=False, write_cs=Tru
         *states.stride(), *final.stride(),
         CHUNK=chunk, BLOCK_N=BN, BLOCK_P=BP,
         HAS_INIT=init is not None, HAS_SEQ=seq_idx is not None, REVERSE=reverse, WRITE_CS=write_cs,
-        DOT_PRECISION=_precision(x.dtype), num_warps=STATE_WARPS,
+        DOT_PRECISION=_precision(x.dtype), DT_IS_DA=dt_is_dA, num_warps=STATE_WARPS,
     )
     return states, final, (cs if write_cs else None)
 
@@ -87,7 +87,7 @@ def _d_args(D, H):
     return D2, D2.stride(0), (D2.stride(1) if D.dim() == 2 else 0)
 
 
-def run_chunk_out(x, dt, cs, B, C, states, D, z, seq_idx, chunk, out=None):
+def run_chunk_out(x, dt, cs, B, C, states, D, z, seq_idx, chunk, out=None, dt_is_dA=False):
     """Outputs like ``x``, written into ``out`` if given."""
     b, L, H, P = x.shape
     G, N = B.shape[2], B.shape[3]
@@ -104,12 +104,12 @@ def run_chunk_out(x, dt, cs, B, C, states, D, z, seq_idx, chunk, out=None):
         sD_h, sD_p, *zz.stride(), sq_b, sq_l, *y.stride(),
         CHUNK=chunk, BLOCK_M=BM, BLOCK_N=_pow2(N), BLOCK_P=_pow2(P),
         HAS_D=D is not None, HAS_Z=z is not None, HAS_SEQ=seq_idx is not None,
-        DOT_PRECISION=_precision(x.dtype), num_warps=4,
+        DOT_PRECISION=_precision(x.dtype), DT_IS_DA=dt_is_dA, num_warps=4,
     )
     return y
 
 
-def run_backward(x, dt, A, B, C, D, dy, states, rstates, cs, seq_idx, chunk, out=None):
+def run_backward(x, dt, A, B, C, D, dy, states, rstates, cs, seq_idx, chunk, out=None, dt_is_dA=False):
     """``dx, dB, dC, ddt_direct, ddA_partial`` from the forward and adjoint states (``out``: buffers).
 
     ``ddA_partial`` lacks the pairs that jump over a whole chunk (added by :func:`run_ddA`)."""
@@ -128,7 +128,8 @@ def run_backward(x, dt, A, B, C, D, dy, states, rstates, cs, seq_idx, chunk, out
     hpg = H // G
     split = max(d for d in range(1, min(HEAD_SPLIT, hpg) + 1) if hpg % d == 0)
     common = dict(CHUNK=chunk, BLOCK_M=BM, BLOCK_N=_pow2(N), BLOCK_P=_pow2(P), HAS_SEQ=seq_idx is not None,
-                  HEADS_PER_PROGRAM=hpg // split, DOT_PRECISION=_precision(x.dtype), num_warps=BWD_WARPS)
+                  HEADS_PER_PROGRAM=hpg // split, DOT_PRECISION=_precision(x.dtype), DT_IS_DA=dt_is_dA,
+                  num_warps=BWD_WARPS)
     K.dc_kernel[(blocks, b * G, split)](
         x, dy, dt, cs, B, C, states, seq, dC, dda,
         L, H, H // G, G, P, N,
@@ -174,46 +175,53 @@ class SSDFunction(torch.autograd.Function):
     """``(y, final_states) = SSD(x, dt, A, B, C, D, z, initial_states, seq_idx)`` on Triton."""
 
     @staticmethod
-    def forward(ctx, x, dt, A, B, C, D, z, initial_states, seq_idx, chunk):
-        states, final, cs = run_states(x, dt, A, B, initial_states, seq_idx, chunk)
-        y = run_chunk_out(x, dt, cs, B, C, states, D, z, seq_idx, chunk)
+    def forward(ctx, x, dt, A, B, C, D, z, initial_states, seq_idx, chunk, dt_is_dA=False):
+        states, final, cs = run_states(x, dt, A, B, initial_states, seq_idx, chunk, dt_is_dA=dt_is_dA)
+        y = run_chunk_out(x, dt, cs, B, C, states, D, z, seq_idx, chunk, dt_is_dA=dt_is_dA)
         ctx.save_for_backward(x, dt, A, B, C, D, z, initial_states, seq_idx)
-        ctx.chunk = chunk
+        ctx.chunk, ctx.dt_is_dA = chunk, dt_is_dA
         return y, final
 
     @staticmethod
     def backward(ctx, dy, dfinal):
         x, dt, A, B, C, D, z, init, seq_idx = ctx.saved_tensors
-        chunk = ctx.chunk
-        states, final, cs = run_states(x, dt, A, B, init, seq_idx, chunk)
+        chunk, da = ctx.chunk, ctx.dt_is_dA
+        states, final, cs = run_states(x, dt, A, B, init, seq_idx, chunk, dt_is_dA=da)
         dy = dy.contiguous()
         dz = None
         if z is not None:
-            y_pre = run_chunk_out(x, dt, cs, B, C, states, D, None, seq_idx, chunk).float()
+            y_pre = run_chunk_out(x, dt, cs, B, C, states, D, None, seq_idx, chunk, dt_is_dA=da).float()
             zf = z.float()
             sig = torch.sigmoid(zf)
             dz = (dy.float() * y_pre * sig * (1 + zf * (1 - sig))).to(z.dtype)
             dy = (dy.float() * zf * sig).to(x.dtype)
         dfin = dfinal.contiguous() if dfinal is not None else None
-        rstates, dinit, _ = run_states(dy, dt, A, C, dfin, seq_idx, chunk, reverse=True, write_cs=False)
-        dx, dB, dC, ddt_direct, dda = run_backward(x, dt, A, B, C, D, dy, states, rstates, cs, seq_idx, chunk)
+        rstates, dinit, _ = run_states(dy, dt, A, C, dfin, seq_idx, chunk, reverse=True, write_cs=False, dt_is_dA=da)
+        dx, dB, dC, ddt_direct, dda = run_backward(x, dt, A, B, C, D, dy, states, rstates, cs, seq_idx, chunk,
+                                                   dt_is_dA=da)
         if seq_idx is None:
             dda += chunk_jump_pairs(states, rstates, cs, chunk, x.shape[1])
         else:
             dda += chunk_jump_pairs(states, rstates, cs, chunk, x.shape[1]) * _whole_chunk(seq_idx, chunk)
         ddA = dda.transpose(1, 2)  # (b, l, h)
-        ddt = ddt_direct.transpose(1, 2) + ddA * A.float()
-        dA = (ddA * dt.float()).sum((0, 1))
+        if da:  # dt carried the log decays: their gradient is ddA, and A played no part
+            ddt, dA = ddA, torch.zeros_like(A)
+        else:
+            ddt = ddt_direct.transpose(1, 2) + ddA * A.float()
+            dA = (ddA * dt.float()).sum((0, 1))
         dD = None
         if D is not None:
             prod = (dy.float() * x.float()).sum((0, 1))
             dD = (prod if D.dim() == 2 else prod.sum(-1)).to(D.dtype)
         dinit = dinit.to(init.dtype) if init is not None else None
-        return dx, ddt.to(dt.dtype), dA.to(A.dtype), dB.to(B.dtype), dC.to(C.dtype), dD, dz, dinit, None, None
+        return dx, ddt.to(dt.dtype), dA.to(A.dtype), dB.to(B.dtype), dC.to(C.dtype), dD, dz, dinit, None, None, None
 
 
-def ssd_triton(x, dt, A, B, C, chunk, D=None, z=None, initial_states=None, seq_idx=None):
-    """Triton SSD on processed ``dt`` (fp32); returns ``(y, final_states (b, h, p, n) fp32)``."""
+def ssd_triton(x, dt, A, B, C, chunk, D=None, z=None, initial_states=None, seq_idx=None, dt_is_dA=False):
+    """Triton SSD on processed ``dt`` (fp32); returns ``(y, final_states (b, h, p, n) fp32)``.
+
+    With ``dt_is_dA`` the ``dt`` tensor holds log decays ``(b, l, h)`` (<= 0, finite) directly and
+    inputs are not scaled: the 1-SS structured masked attention of a ``OneSS`` mask."""
     x, B, C = x.contiguous(), B.contiguous(), C.contiguous()
     dt = dt.float().contiguous()
     A = A.float().contiguous()
@@ -221,4 +229,4 @@ def ssd_triton(x, dt, A, B, C, chunk, D=None, z=None, initial_states=None, seq_i
     D = D.contiguous() if D is not None else None
     init = initial_states.float().contiguous() if initial_states is not None else None
     seq = seq_idx.to(torch.int32).contiguous() if seq_idx is not None else None
-    return SSDFunction.apply(x, dt, A, B, C, D, z, init, seq, chunk)
+    return SSDFunction.apply(x, dt, A, B, C, D, z, init, seq, chunk, dt_is_dA)

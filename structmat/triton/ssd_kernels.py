@@ -25,6 +25,14 @@ import triton.language as tl
 
 
 @triton.jit
+def _input_scale(ptrs, mask, DT_IS_DA: tl.constexpr):
+    """``dt_j``, or 1 where ``dt`` carries log decays (a OneSS mask from ``sma``)."""
+    if DT_IS_DA:
+        return tl.where(mask, 1.0, 0.0)
+    return tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
+
+
+@triton.jit
 def state_kernel(
     x_ptr, dt_ptr, A_ptr, B_ptr, init_ptr, seq_ptr, states_ptr, final_ptr, cs_ptr,
     L, H, heads_per_group, n_chunks, P, N,
@@ -37,7 +45,7 @@ def state_kernel(
     sf_b, sf_h, sf_p, sf_n,
     CHUNK: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_P: tl.constexpr,
     HAS_INIT: tl.constexpr, HAS_SEQ: tl.constexpr, REVERSE: tl.constexpr, WRITE_CS: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, DT_IS_DA: tl.constexpr = False,
 ):
     """Forward (``REVERSE=False``): ``h <- exp(sum dA) h + B^T (exp(total - cs) dt o x)``,
     storing ``h`` before each chunk. Reverse: ``g <- exp(sum dA) g + C^T (exp(cs) o dy)`` from the
@@ -67,7 +75,11 @@ def state_kernel(
         t = c * CHUNK + offs_l
         mask_t = t < L
         dt = tl.load(dt_ptr + b * sdt_b + t * sdt_l + h * sdt_h, mask=mask_t, other=0.0).to(tl.float32)
-        dA = dt * A
+        if DT_IS_DA:  # dt holds the log decays themselves and inputs are not scaled
+            dA = dt
+            dt = tl.where(mask_t, 1.0, 0.0)
+        else:
+            dA = dt * A
         cs = tl.cumsum(dA, axis=0)
         total = tl.sum(dA, axis=0)
         if WRITE_CS:
@@ -113,6 +125,7 @@ def chunk_out_kernel(
     sy_b, sy_l, sy_h, sy_p,
     CHUNK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_P: tl.constexpr,
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_SEQ: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    DT_IS_DA: tl.constexpr = False,
 ):
     """``y_i = sum_{j <= i in chunk} (C_i . B_j) exp(cs_i - cs_j) dt_j x_j + exp(cs_i) C_i h_in``."""
     blocks: tl.constexpr = CHUNK // BLOCK_M
@@ -148,7 +161,7 @@ def chunk_out_kernel(
                       mask=mask_j[:, None] & (offs_n[None, :] < N), other=0.0)
         x_j = tl.load(x_ptr + b * sx_b + offs_j[:, None] * sx_l + h * sx_h + offs_p[None, :] * sx_p,
                       mask=mask_j[:, None] & mask_p[None, :], other=0.0)
-        dt_j = tl.load(dt_ptr + b * sdt_b + offs_j * sdt_l + h * sdt_h, mask=mask_j, other=0.0).to(tl.float32)
+        dt_j = _input_scale(dt_ptr + b * sdt_b + offs_j * sdt_l + h * sdt_h, mask_j, DT_IS_DA)
         cs_j = tl.load(cs_row + offs_j, mask=mask_j, other=0.0)
         CB = tl.dot(C_i, tl.trans(B_j), input_precision=DOT_PRECISION)
         keep = offs_i[:, None] >= offs_j[None, :]
@@ -181,6 +194,7 @@ def dc_kernel(
     sdc_b, sdc_l, sdc_g, sdc_n,
     CHUNK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_P: tl.constexpr,
     HEADS_PER_PROGRAM: tl.constexpr, HAS_SEQ: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    DT_IS_DA: tl.constexpr = False,
 ):
     """``dC_i = sum_h [sum_{j <= i} exp(cs_i - cs_j) dt_j (dy_i . x_j) B_j + exp(cs_i) h_in dy_i]``.
 
@@ -231,7 +245,7 @@ def dc_kernel(
                           mask=mask_j[:, None] & mask_p[None, :], other=0.0)
             B_j = tl.load(B_ptr + b * sB_b + offs_j[:, None] * sB_l + g * sB_g + offs_n[None, :] * sB_n,
                           mask=mask_j[:, None] & (offs_n[None, :] < N), other=0.0)
-            dt_j = tl.load(dt_ptr + b * sdt_b + offs_j * sdt_l + h * sdt_h, mask=mask_j, other=0.0).to(tl.float32)
+            dt_j = _input_scale(dt_ptr + b * sdt_b + offs_j * sdt_l + h * sdt_h, mask_j, DT_IS_DA)
             cs_j = tl.load(cs_row + offs_j, mask=mask_j, other=0.0)
             keep = offs_i[:, None] >= offs_j[None, :]
             if HAS_SEQ:
@@ -260,6 +274,7 @@ def dx_db_kernel(
     sdb_b, sdb_l, sdb_g, sdb_n,
     CHUNK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_P: tl.constexpr,
     HEADS_PER_PROGRAM: tl.constexpr, HAS_D: tl.constexpr, HAS_SEQ: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    DT_IS_DA: tl.constexpr = False,
 ):
     """For source positions ``j``: ``q_j = sum_{i >= j} exp(cs_i - cs_j) (C_i . B_j) dy_i +
     exp(total - cs_j) g^T B_j`` gives ``dx_j = dt_j q_j (+ D dy_j)`` and ``d dt_j = x_j . q_j``;
@@ -291,7 +306,7 @@ def dx_db_kernel(
         cs_row = cs_ptr + (b * H + h) * L
         cs_j = tl.load(cs_row + offs_j, mask=mask_j, other=0.0)
         total = tl.load(cs_row + last)
-        dt_j = tl.load(dt_ptr + b * sdt_b + offs_j * sdt_l + h * sdt_h, mask=mask_j, other=0.0).to(tl.float32)
+        dt_j = _input_scale(dt_ptr + b * sdt_b + offs_j * sdt_l + h * sdt_h, mask_j, DT_IS_DA)
         x_j = tl.load(x_ptr + b * sx_b + offs_j[:, None] * sx_l + h * sx_h + offs_p[None, :] * sx_p, mask=mask_jp, other=0.0)
         g_in = tl.load(rstates_ptr + b * ss_b + c * ss_c + h * ss_h + offs_n[:, None] * ss_n + offs_p[None, :] * ss_p,
                        mask=(offs_n[:, None] < N) & mask_p[None, :], other=0.0).to(x_j.dtype)
