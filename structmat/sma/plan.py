@@ -18,6 +18,7 @@ from structmat.base import StructuredMatrix
 from structmat.diagonal import Diagonal
 from structmat.fourier import DFT, Fourier
 from structmat.lowrank import LowRank
+from structmat.one_ss import OneSS
 from structmat.quasiseparable import Quasiseparable
 from structmat.sss import SSS
 from structmat.toeplitz import Toeplitz
@@ -25,10 +26,15 @@ from structmat.toeplitz import Toeplitz
 __all__ = ["Plan", "sma_plan", "mask_matvec_flops", "ORDERS"]
 
 ORDERS = ("quadratic", "linear", "chunked", "lowrank")
-_RATES = {"cpu": (2e10, 1e10), "cuda": (3e14, 2.5e12)}  # (flop/s, byte/s)
-# fixed costs per Python-level pass (ms), measured with benchmarks/bench_sma.py on the 2-core CPU
-_OVERHEAD_MS = {"cpu": {"quadratic": 0.2, "linear": 0.3, "chunked": 1.0, "lowrank": 0.2},
-                "cuda": {"quadratic": 0.05, "linear": 0.2, "chunked": 0.3, "lowrank": 0.05}}
+_RATES = {"cpu": (2e10, 1e10), "cuda": (3e14, 1.5e12)}  # (flop/s, effective byte/s of small ops)
+# fixed costs per Python-level pass (ms), fitted to benchmarks/bench_sma.py (2-core CPU; H200)
+_OVERHEAD_MS = {"cpu": {"quadratic": 0.2, "linear": 0.3, "chunked": 1.0, "lowrank": 0.2, "row": 0.02},
+                "cuda": {"quadratic": 0.3, "linear": 1.0, "chunked": 0.3, "lowrank": 0.1, "row": 0.03}}
+
+
+def _row_loop_dense(mask: StructuredMatrix) -> bool:
+    """Masks whose ``to_dense`` walks the rows in Python (cost grows with T, not T^2 / rate)."""
+    return (isinstance(mask, SSS) and not isinstance(mask, OneSS)) or isinstance(mask, Quasiseparable)
 
 
 def mask_matvec_flops(mask: StructuredMatrix, K: int) -> float:
@@ -118,7 +124,10 @@ def sma_plan(q, k, v, mask: StructuredMatrix, *, dtype=None, device=None, chunk:
         if order == "quadratic":
             flops = _einsum_flops("bthn,bshn->bhts", (Bsz, T, H, N), (Bsz, S, H, N)) + BH * T * S
             flops += _einsum_flops("bhts,bshp->bthp", (Bsz, H, T, S), (Bsz, S, H, P))
-            extra = 4 * BH * T * S * elt  # scores, the dense mask, their product, the mask build
+            extra = (4 if kind == "cpu" else 12) * BH * T * S * elt  # scores, mask build, products (passes)
+            if _row_loop_dense(mask):
+                passes += T * _OVERHEAD_MS[kind if kind in _OVERHEAD_MS else "cpu"]["row"] / _OVERHEAD_MS[
+                    kind if kind in _OVERHEAD_MS else "cpu"]["quadratic"]
         elif order == "linear":
             flops = 2 * BH * S * N * P + BH * mask_matvec_flops(mask, N * P) + 2 * BH * T * N * P
             extra = 2 * BH * max(S, T) * N * P * elt
