@@ -29,7 +29,7 @@ ORDERS = ("quadratic", "linear", "chunked", "lowrank")
 _RATES = {"cpu": (2e10, 1e10), "cuda": (3e14, 1.5e12)}  # (flop/s, effective byte/s of small ops)
 # fixed costs per Python-level pass (ms), fitted to benchmarks/bench_sma.py (2-core CPU; H200)
 _OVERHEAD_MS = {"cpu": {"quadratic": 0.2, "linear": 0.3, "chunked": 1.0, "lowrank": 0.2, "row": 0.02},
-                "cuda": {"quadratic": 0.3, "linear": 1.0, "chunked": 0.3, "lowrank": 0.1, "row": 0.03}}
+                "cuda": {"quadratic": 0.3, "linear": 1.0, "chunked": 0.8, "lowrank": 0.1, "row": 0.03}}
 
 
 def _row_loop_dense(mask: StructuredMatrix) -> bool:
