@@ -40,6 +40,13 @@ def mask_to_bh(mask: StructuredMatrix, B: int, H: int) -> tuple[int, ...]:
     return full
 
 
+def linear_slice(S: int, H: int, P: int, B: int, N: int, device) -> int:
+    """How many of the ``N`` key features one pass of the linear order takes: the ``(B, H, S, n, P)``
+    tensor stays under ``2^22`` elements on the CPU, ``2^26`` on a GPU (whose launches cost more)."""
+    budget = 2**26 if torch.device(device).type == "cuda" else 2**22
+    return max(1, min(N, budget // max(1, B * H * S * P)))
+
+
 def quadratic(q, k, v, mask: StructuredMatrix, scale: float) -> torch.Tensor:
     L = mask.to_dense()
     L = L.reshape(*mask_to_bh(mask, q.shape[0], q.shape[2]), *L.shape[-2:])

@@ -131,7 +131,10 @@ def sma_plan(q, k, v, mask: StructuredMatrix, *, dtype=None, device=None, chunk:
         elif order == "linear":
             flops = 2 * BH * S * N * P + BH * mask_matvec_flops(mask, N * P) + 2 * BH * T * N * P
             extra = 2 * BH * max(S, T) * N * P * elt
-            passes = 1 + int(math.log(max(T, 2), 32))  # the blocked scan's levels
+            from structmat.sma.orders import linear_slice
+
+            slices = -(-N // linear_slice(S, H, P, Bsz, N, kind))
+            passes = slices * (1 + int(math.log(max(T, 2), 32)))  # slices x the blocked scan's levels
         elif order == "chunked":
             L = min(chunk, T)
             terms = len(chunk_terms(mask))
