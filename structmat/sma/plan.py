@@ -134,7 +134,8 @@ def sma_plan(q, k, v, mask: StructuredMatrix, *, dtype=None, device=None, chunk:
             from structmat.sma.orders import linear_slice
 
             slices = -(-N // linear_slice(S, H, P, Bsz, N, kind))
-            passes = slices * (1 + int(math.log(max(T, 2), 32)))  # slices x the blocked scan's levels
+            scan = isinstance(mask, (SSS, Quasiseparable))  # the blocked scan has log_32(T) levels; FFTs one pass
+            passes = slices * ((1 + int(math.log(max(T, 2), 32))) if scan else 1)
         elif order == "chunked":
             L = min(chunk, T)
             terms = len(chunk_terms(mask))
