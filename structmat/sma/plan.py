@@ -130,7 +130,7 @@ def sma_plan(q, k, v, mask: StructuredMatrix, *, dtype=None, device=None, chunk:
                     kind if kind in _OVERHEAD_MS else "cpu"]["quadratic"]
         elif order == "linear":
             flops = 2 * BH * S * N * P + BH * mask_matvec_flops(mask, N * P) + 2 * BH * T * N * P
-            extra = 2 * BH * max(S, T) * N * P * elt
+            extra = (2 if kind == "cpu" else 6) * BH * max(S, T) * N * P * elt  # Z and its passes
             from structmat.sma.orders import linear_slice
 
             slices = -(-N // linear_slice(S, H, P, Bsz, N, kind))
