@@ -26,9 +26,9 @@ from structmat.toeplitz import Toeplitz
 __all__ = ["Plan", "sma_plan", "mask_matvec_flops", "ORDERS"]
 
 ORDERS = ("quadratic", "linear", "chunked", "lowrank")
-_RATES = {"cpu": (2e10, 1e10), "cuda": (3e14, 1.5e12)}  # (flop/s, effective byte/s of small ops)
+_RATES = {"cpu": (5e10, 1e10), "cuda": (3e14, 1.5e12)}  # (flop/s, effective byte/s of small ops)
 # fixed costs per Python-level pass (ms), fitted to benchmarks/bench_sma.py (2-core CPU; H200)
-_OVERHEAD_MS = {"cpu": {"quadratic": 0.2, "linear": 0.3, "chunked": 1.0, "lowrank": 0.2, "row": 0.02},
+_OVERHEAD_MS = {"cpu": {"quadratic": 0.2, "linear": 0.3, "chunked": 2.0, "lowrank": 0.2, "row": 0.02},
                 "cuda": {"quadratic": 0.3, "linear": 1.0, "chunked": 0.8, "lowrank": 0.1, "row": 0.03}}
 
 
@@ -131,6 +131,10 @@ def sma_plan(q, k, v, mask: StructuredMatrix, *, dtype=None, device=None, chunk:
         elif order == "linear":
             flops = 2 * BH * S * N * P + BH * mask_matvec_flops(mask, N * P) + 2 * BH * T * N * P
             extra = (2 if kind == "cpu" else 6) * BH * max(S, T) * N * P * elt  # Z and its passes
+            if kind == "cpu" and isinstance(mask, (SSS, Quasiseparable)):
+                # the blocked scan streams its (T, n_state, K) tensors some twenty times
+                n_state = mask.order if isinstance(mask, SSS) else sum(mask.order)
+                extra += 20 * BH * T * n_state * N * P * elt
             from structmat.sma.orders import linear_slice
 
             slices = -(-N // linear_slice(S, H, P, Bsz, N, kind))
