@@ -12,6 +12,7 @@ import scipy.linalg
 import torch
 
 from structmat.base import SingularMatrixError, StructuredMatrix, as_tensor, check_finite
+from structmat.lazy import Inverse
 
 __all__ = ["Toeplitz", "ToeplitzInverse", "toeplitz_matmat", "causal_inverse_series"]
 
@@ -206,7 +207,7 @@ def _levinson_generators(M: Toeplitz) -> tuple[torch.Tensor, torch.Tensor]:
     return sol[..., 0], sol[..., 1]
 
 
-class ToeplitzInverse(StructuredMatrix):
+class ToeplitzInverse(Inverse):
     """Inverse of a square Toeplitz matrix by the Gohberg-Semencul formula.
 
     With ``x = M^{-1} e_0``, ``y = M^{-1} e_{T-1}`` and ``x_0 != 0``::
@@ -219,8 +220,7 @@ class ToeplitzInverse(StructuredMatrix):
     """
 
     def __init__(self, M: Toeplitz):
-        M._check_square("ToeplitzInverse")
-        self.M = M
+        super().__init__(M)
         x, y = _levinson_generators(M)
         if bool((x[..., 0] == 0).any()):
             raise SingularMatrixError("Gohberg-Semencul needs (M^{-1})[0, 0] != 0")
@@ -230,22 +230,6 @@ class ToeplitzInverse(StructuredMatrix):
         self._L2 = torch.cat([zero, y[..., :-1]], dim=-1)
         self._U2 = torch.cat([zero, jx[..., :-1]], dim=-1)
         self._x0 = x[..., 0]
-
-    @property
-    def shape(self) -> torch.Size:
-        return self.M.shape
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.M.dtype
-
-    @property
-    def device(self) -> torch.device:
-        return self.M.device
-
-    def to_dense(self) -> torch.Tensor:
-        eye = torch.eye(self.shape[-1], dtype=self.dtype, device=self.device)
-        return self._matmat(eye.expand(*self.batch_shape, *eye.shape))
 
     def _matmat(self, X: torch.Tensor) -> torch.Tensor:
         zeros = torch.zeros_like(self._L1)
@@ -262,9 +246,6 @@ class ToeplitzInverse(StructuredMatrix):
 
     def _scale(self, s) -> ToeplitzInverse:
         return ToeplitzInverse(self.M * (1.0 / s))
-
-    def inv(self) -> Toeplitz:
-        return self.M
 
 
 def _first(row: torch.Tensor) -> torch.Tensor:
