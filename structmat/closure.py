@@ -25,7 +25,8 @@ op                           operands              result
 ``hadamard``                 Diagonal, any         Diagonal
 ``hadamard``                 Dense, any            Dense
 ``+``                        SSS lower, SSS upper  Quasiseparable
-``+``                        Quasiseparable, QS / SSS / OneSS / Diagonal   Quasiseparable, orders add
+``+`` ``@``                  Quasiseparable, QS / SSS / OneSS / Diagonal   Quasiseparable, orders add
+``@``                        SSS lower, SSS upper  Quasiseparable
 ``+`` ``hadamard``           Toeplitz, Toeplitz    Toeplitz (causal if both are)
 ``@``                        causal Toeplitz x2    causal Toeplitz (truncated polynomial product)
 ``+`` ``@`` ``hadamard``     Fourier, Fourier      Fourier
@@ -45,7 +46,15 @@ from structmat.fourier import Fourier
 from structmat.lazy import Product, Sum
 from structmat.lowrank import LowRank
 from structmat.one_ss import OneSS
-from structmat.quasiseparable import Quasiseparable, qs_add, qs_add_diagonal, qs_add_sss, sss_add_mixed
+from structmat.quasiseparable import (
+    Quasiseparable,
+    as_quasiseparable,
+    qs_add,
+    qs_add_diagonal,
+    qs_add_sss,
+    sss_add_mixed,
+)
+from structmat.quasiseparable_algebra import qs_matmul
 from structmat.sss import SSS
 from structmat.sss_algebra import (
     diagonal_matmul_sss,
@@ -169,11 +178,16 @@ ADD = {
 ADD[(SSS, SSS)] = lambda a, b: _first_of(sss_add(a, b), sss_add_mixed(a, b))
 
 MATMUL = {
+    (Quasiseparable, Quasiseparable): qs_matmul,
+    (Quasiseparable, SSS): lambda a, b: qs_matmul(a, as_quasiseparable(b)),
+    (SSS, Quasiseparable): lambda a, b: qs_matmul(as_quasiseparable(a), b),
+    (Quasiseparable, Diagonal): lambda a, d: Quasiseparable(a.lower_part @ d, a.upper_part @ d, a.diag * d.d),
+    (Diagonal, Quasiseparable): lambda d, a: Quasiseparable(d @ a.lower_part, d @ a.upper_part, d.d * a.diag),
     (Toeplitz, Toeplitz): _toeplitz_matmul,
     (Fourier, Fourier): lambda a, b: Fourier(a.eigvals * b.eigvals, real=a.real and b.real),
     (OneSS, Diagonal): _oness_matmul_diagonal,
     (Diagonal, OneSS): _diagonal_matmul_oness,
-    (SSS, SSS): sss_matmul,
+    (SSS, SSS): lambda a, b: _first_of(sss_matmul(a, b), qs_matmul(as_quasiseparable(a), as_quasiseparable(b))),
     (Bidiagonal, SSS): _via_sss(sss_matmul, left=True),
     (SSS, Bidiagonal): _via_sss(sss_matmul, left=False),
     (Diagonal, Bidiagonal): _diagonal_matmul_bidiagonal,

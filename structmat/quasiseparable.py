@@ -38,9 +38,8 @@ class Quasiseparable(StructuredMatrix):
     Notes
     -----
     Matvec: one forward and one backward scan, ``O(T (n_l + n_u) K)`` for diagonal transitions.
-    ``+`` with ``Quasiseparable``, ``SSS``, ``OneSS`` and ``Diagonal`` stays quasiseparable (orders
-    add). Products and inverses are not implemented in structured form yet: ``@`` gives a lazy
-    :class:`~structmat.Product` and ``inv()`` raises ``TypeError``.
+    ``+`` and ``@`` with ``Quasiseparable``, ``SSS``, ``OneSS`` and ``Diagonal`` stay quasiseparable
+    (orders add); ``inv()`` keeps the orders (structured LU, then ``U^{-1} L^{-1}``).
 
     Examples
     --------
@@ -138,11 +137,37 @@ class Quasiseparable(StructuredMatrix):
         U = self.upper_part
         return SSS(U.A, U.B, U.C, self.diag.expand(self.shape[:-1]), lower=False)
 
-    def inv(self):
-        raise TypeError(
-            "Quasiseparable.inv() has no structured form in this version; solve iteratively with "
-            "scipy.sparse.linalg.gmres(structmat.aslinearoperator(M), y) or use tril()/triu() factors"
-        )
+    def inv(self) -> Quasiseparable:
+        """Inverse with the same orders, through the structured LU (``O(T n^3)``, a Python step per
+        position; see :mod:`structmat.quasiseparable_algebra`). Needs nonzero leading minors."""
+        from structmat.quasiseparable_algebra import qs_inverse
+
+        self._check_square("inv()")
+        return qs_inverse(self)
+
+    def solve(self, Y) -> torch.Tensor:
+        return self.inv().matmul(Y)
+
+    def lu(self) -> tuple[SSS, SSS]:
+        """``M = L U``: unit lower SSS of order ``n_l`` and upper SSS of order ``n_u``."""
+        from structmat.quasiseparable_algebra import qs_lu
+
+        return qs_lu(self)
+
+
+def _zero_sss(like: SSS, lower: bool) -> SSS:
+    """An order-0 SSS of the shape of ``like``: the missing triangle of a one-sided operand."""
+    T = like.shape[-1]
+    empty = torch.zeros(*like.batch_shape, T, 0, dtype=like.dtype, device=like.device)
+    return SSS(torch.ones(*like.batch_shape, T, dtype=like.dtype, device=like.device), empty, empty,
+               torch.zeros(*like.batch_shape, T, dtype=like.dtype, device=like.device), lower=lower)
+
+
+def as_quasiseparable(m) -> Quasiseparable:
+    """A lower or upper SSS (or OneSS) as a quasiseparable matrix (order 0 on the other side)."""
+    if m.lower:
+        return Quasiseparable(m, _zero_sss(m, lower=False), m.diagonal())
+    return Quasiseparable(_zero_sss(m, lower=True), m, m.diagonal())
 
 
 def qs_add(a: Quasiseparable, b: Quasiseparable) -> Quasiseparable:

@@ -191,12 +191,59 @@ def test_hydra_mask_and_closure(T, seed):
     close(C.to_dense(), 2 * want, rtol=1e-8)
 
 
+def _hydra(T, n_l, n_u, seed, batch=()):
+    g = torch.Generator().manual_seed(seed)
+    r = lambda *s: torch.rand(*batch, *s, generator=g, dtype=F64)  # noqa: E731
+    n = lambda *s: torch.randn(*batch, *s, generator=g, dtype=F64)  # noqa: E731
+    fwd = sm.SSS(r(T, n_l), n(T, n_l), n(T, n_l))
+    bwd = sm.SSS(r(T, n_u, n_u) / n_u, n(T, n_u), n(T, n_u))
+    return sm.Quasiseparable.bidirectional(fwd, bwd, diag=4 + n(T))
+
+
+@given(st.integers(1, 30), st.integers(1, 3), st.integers(1, 3), st.sampled_from([(), (2,)]), st.integers(0, 100))
+def test_quasiseparable_product_and_inverse(T, n_l, n_u, batch, seed):
+    Q1, Q2 = _hydra(T, n_l, n_u, seed, batch), _hydra(T, n_u, n_l, seed + 1)
+    P = Q1 @ Q2
+    assert isinstance(P, sm.Quasiseparable) and P.order == (n_l + n_u, n_u + n_l)
+    close(P.to_dense(), Q1.to_dense() @ Q2.to_dense(), rtol=1e-9)
+    inv = Q1.inv()
+    assert isinstance(inv, sm.Quasiseparable) and inv.order == (n_l, n_u)
+    close(inv.to_dense() @ Q1.to_dense(), torch.eye(T, dtype=F64).expand(Q1.shape), rtol=1e-8)
+    y = torch.randn(T, 2, dtype=F64)
+    close(Q1 @ Q1.solve(y), y.expand(*batch, T, 2), rtol=1e-8)
+    L, U = Q1.lu()
+    close(L.to_dense() @ U.to_dense(), Q1.to_dense(), rtol=1e-9)
+
+
+@given(st.integers(2, 25), st.integers(0, 100))
+def test_quasiseparable_with_sss_oness_diagonal(T, seed):
+    Q = _hydra(T, 2, 1, seed)
+    g = torch.Generator().manual_seed(seed + 5)
+    S = sm.SSS(torch.rand(T, 3, generator=g, dtype=F64), torch.randn(T, 3, generator=g, dtype=F64),
+               torch.randn(T, 3, generator=g, dtype=F64), D=2 + torch.rand(T, generator=g, dtype=F64))
+    O = sm.OneSS.from_decays(torch.rand(T, generator=g, dtype=F64))
+    Dg = sm.Diagonal(1 + torch.rand(T, generator=g, dtype=F64))
+    cases = [(Q @ S, Q.to_dense() @ S.to_dense(), (5, 1)), (S @ Q, S.to_dense() @ Q.to_dense(), (5, 1)),
+             (Q @ O.T, Q.to_dense() @ O.to_dense().T, (2, 2)), (Q @ Dg, Q.to_dense() @ Dg.to_dense(), (2, 1)),
+             (Dg @ Q, Dg.to_dense() @ Q.to_dense(), (2, 1)), (S @ O.T, S.to_dense() @ O.to_dense().T, (3, 1))]
+    for R, want, order in cases:
+        assert isinstance(R, sm.Quasiseparable) and R.order == order
+        close(R.to_dense(), want, rtol=1e-9)
+
+
 def test_quasiseparable_gradcheck_and_errors():
     T = 8
     a, x = torch.rand(T, dtype=F64, requires_grad=True), torch.randn(T, 2, dtype=F64, requires_grad=True)
     f = lambda a, x: sm.Quasiseparable.bidirectional(sm.OneSS.from_decays(a), sm.OneSS.from_decays(a.flip(0))) @ x  # noqa: E731
     assert torch.autograd.gradcheck(f, (a, x))
+    d = torch.rand(T, dtype=F64, requires_grad=True)
+
+    def g(a, d, x):
+        Q = sm.Quasiseparable.bidirectional(sm.OneSS.from_decays(a), sm.OneSS.from_decays(a.flip(0)), diag=3 + d)
+        return (Q @ Q) @ x + Q.inv() @ x
+
+    assert torch.autograd.gradcheck(g, (a, d, x))
     with pytest.raises(TypeError, match="upper must be"):
         sm.Quasiseparable(sm.OneSS.causal(3), sm.OneSS.causal(3), torch.ones(3))
-    with pytest.raises(TypeError, match="gmres"):
-        sm.Quasiseparable.bidirectional(sm.OneSS.causal(3), sm.OneSS.causal(3)).inv()
+    with pytest.raises(sm.SingularMatrixError, match="leading principal minor"):
+        sm.Quasiseparable.bidirectional(sm.OneSS.causal(3), sm.OneSS.causal(3), diag=torch.zeros(3)).inv()

@@ -86,7 +86,7 @@ def test_sss_add_and_matmul(pair):
         assert isinstance(P, sm.SSS) and P.order == M1.order + M2.order
         smt.assert_matches_dense(P)
     else:
-        assert isinstance(S, sm.Quasiseparable) and isinstance(P, sm.Product)
+        assert isinstance(S, sm.Quasiseparable) and isinstance(P, sm.Quasiseparable)
     close((M1 - M2).to_dense(), d1 - d2)
     close((2.5 * M1).to_dense(), 2.5 * d1)
     close((M1 / 4).to_dense(), d1 / 4)
