@@ -138,8 +138,10 @@ class Quasiseparable(StructuredMatrix):
         return SSS(U.A, U.B, U.C, self.diag.expand(self.shape[:-1]), lower=False)
 
     def inv(self) -> Quasiseparable:
-        """Inverse with the same orders, through the structured LU (``O(T n^3)``, a Python step per
-        position; see :mod:`structmat.quasiseparable_algebra`). Needs nonzero leading minors."""
+        """Inverse through the structured LU (``O(T n^3)``, a Python step per position; see
+        :mod:`structmat.quasiseparable_algebra`). Needs nonzero leading minors. Orders are kept,
+        except one more on a side whose triangular factor's inverse needs it (see :meth:`SSS.inv`:
+        the LION decay mask has a tridiagonal inverse, order 2 per side in the SSS convention)."""
         from structmat.quasiseparable_algebra import qs_inverse
 
         self._check_square("inv()")
