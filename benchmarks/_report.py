@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import gc
 import json
 import os
 import platform
@@ -18,15 +19,25 @@ RESULTS = Path(__file__).parent / "results"
 
 
 def median_ms(fn, *, repeat: int = 7, warmup: int = 1, min_time: float = 0.2) -> float:
-    """Median wall time of ``fn()`` in ms over ``repeat`` runs (more runs for fast functions)."""
+    """Median wall time of ``fn()`` in ms over ``repeat`` runs (more runs for fast functions).
+
+    Like ``timeit``, the garbage collector is paused while timing (and run once before).
+    """
     for _ in range(warmup):
         fn()
-    times = []
-    start = time.perf_counter()
-    while len(times) < repeat or (time.perf_counter() - start < min_time and len(times) < 200):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
+    gc.collect()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        times = []
+        start = time.perf_counter()
+        while len(times) < repeat or (time.perf_counter() - start < min_time and len(times) < 200):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+    finally:
+        if was_enabled:
+            gc.enable()
     return 1e3 * statistics.median(times)
 
 

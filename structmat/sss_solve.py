@@ -20,7 +20,7 @@ from structmat.base import SingularMatrixError
 from structmat.scan import apply_transition
 from structmat.sss import SSS, _neutral_first, flip_params
 
-__all__ = ["sss_solve"]
+__all__ = ["sss_solve", "chunk_maps"]
 
 _TAIL = {"log": 1, "scalar": 1, "diag": 2, "dense": 3}
 
@@ -59,6 +59,25 @@ def _products(A: torch.Tensor, kind: str):
     for t in range(L - 1, 0, -1):
         suf.append(suf[-1] @ A[..., t, :, :])
     return torch.stack(pre, dim=-3), torch.stack(suf[::-1], dim=-3)
+
+
+def chunk_maps(M: SSS, chunk: int):
+    """Per-chunk pieces of a lower SSS: the dense diagonal blocks ``(*, c, L, L)``, the output maps
+    ``W`` and input maps ``R`` (``(*, c, L, n)``), the chunk transitions ``P`` (time axis = chunks),
+    the kind of ``P`` (``log`` chunks give plain scalar products) and ``L``."""
+    kind, T, N = M.kind, M.shape[-1], M.order
+    batch = M.batch_shape
+    L = min(chunk, T)
+    n = -(-T // L)
+    tail = _TAIL[kind]
+    A = _neutral_first(M._A.expand(*batch, *M._A.shape[M._A.dim() - tail :]), kind)
+    B, C = M.B.expand(*batch, T, N), M.C.expand(*batch, T, N)
+    d = M.diag_values().expand(*batch, T)
+    Ac = _chunked(A, tail, n, L, 0.0 if kind == "log" else 1.0)
+    Bc, Cc = _chunked(B, 2, n, L, 0.0), _chunked(C, 2, n, L, 0.0)
+    blocks = SSS(torch.exp(Ac) if kind == "log" else Ac, Bc, Cc, _chunked(d, 1, n, L, 0.0)).to_dense()
+    pre, suf = _products(Ac, kind)
+    return blocks, _out_map(pre, Cc, kind), _in_map(suf, Bc, kind), pre.select(pre.dim() - tail, L - 1), kind, L
 
 
 def sss_solve(M: SSS, Y: torch.Tensor, chunk: int = 32) -> torch.Tensor:

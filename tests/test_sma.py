@@ -27,6 +27,8 @@ def masks(T, H, B, seed, S=None):
         "OneSS shared, upper": sm.OneSS.from_decays(r(T), b=n(T), c=n(T)).T,
         "OneSS per head": sm.OneSS.decay(r(H), T),
         "SSS(2)": sm.SSS(r(H, T, 2), n(H, T, 2), n(H, T, 2), D=n(H, T)),
+        "SSS dense A": sm.SSS(n(T, 2, 2) / 2, n(T, 2), n(T, 2), D=n(T)),
+        "SSS signed A, upper": sm.SSS(-r(B, H, T), n(B, H, T, 2), n(B, H, T, 2)).T,
         "causal Toeplitz": sm.Toeplitz.causal(n(T)),
         "Fourier": sm.Fourier.from_kernel(n(T)),
         "LowRank": sm.LowRank(n(T, 2), n(T, 2)),
@@ -142,9 +144,12 @@ def test_decoding_refuses_unbounded_masks():
 
 def test_chunked_admissibility():
     T = 6
-    assert "chunked" in admissible(sm.SSS(torch.rand(T, 2), torch.ones(T, 2), torch.ones(T, 2)))
-    assert "chunked" not in admissible(sm.SSS(-torch.rand(T, 2), torch.ones(T, 2), torch.ones(T, 2)))
-    assert "chunked" not in admissible(sm.SSS(torch.rand(T, 2, 2), torch.ones(T, 2), torch.ones(T, 2)))
+    from structmat.sma.orders import chunk_terms
+
+    assert len(chunk_terms(sm.SSS(torch.rand(T, 2), torch.ones(T, 2), torch.ones(T, 2)))) == 2  # two 1-SS terms
+    ones = torch.ones(T, 2)
+    for M in (sm.SSS(-torch.rand(T, 2), ones, ones), sm.SSS(torch.rand(T, 2, 2), ones, ones)):
+        assert "chunked" in admissible(M) and chunk_terms(M) == [M]  # generic (n, N, P) states
     assert "chunked" in admissible(sm.Quasiseparable.bidirectional(sm.OneSS.causal(T), sm.OneSS.causal(T)))
     assert "chunked" not in admissible(sm.Toeplitz.causal(torch.ones(T)))
 
@@ -165,3 +170,12 @@ def test_plan_and_errors():
         sm.sma(q, k, v, sm.OneSS.from_decays(torch.rand(3, 6)))
     with pytest.raises(TypeError, match="StructuredMatrix"):
         sm.sma(q, k, v, torch.ones(6, 6))
+
+
+def test_generic_chunked_gradcheck():
+    T = 9
+    q, k, v = (t.requires_grad_() for t in qkv(1, T, 2, 2, 2, 2, seed=9))
+    A = (torch.randn(T, 2, 2, dtype=F64) / 2).requires_grad_()
+    Bm, Cm = torch.randn(T, 2, dtype=F64), torch.randn(T, 2, dtype=F64)
+    f = lambda q, k, v, A: sm.sma(q, k, v, sm.SSS(A, Bm, Cm, D=torch.ones(T, dtype=F64)), order="chunked", chunk=4)  # noqa: E731
+    assert torch.autograd.gradcheck(f, (q, k, v, A))

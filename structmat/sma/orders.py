@@ -10,10 +10,11 @@ expanded (``q, k: (B, T|S, H, N)``, ``v: (B, S, H, P)``) and the mask's batch br
   ``Z`` with its fast matvec, contracted with ``Q``; the ``N`` axis is processed in slices so the
   extra memory stays ``O(B H S n_slice P)``. Any mask with a fast matvec.
 * :func:`chunked` -- the SSD block decomposition: quadratic inside chunks, states between them,
-  ``O(B H T L (N + P) + B H T N P)`` per 1-SS term. ``OneSS`` masks directly; an ``SSS`` with
-  non-negative scalar or diagonal ``A`` is the sum of its ``N`` one-state masks
-  ``OneSS(log A_m, b=B_m, c=C_m)`` (plus a diagonal correction for an explicit ``D``); a
-  ``Quasiseparable`` mask is its lower part, its upper part and its diagonal.
+  ``O(B H T L (N + P) + B H T n N P)``. ``OneSS`` masks directly (the Triton kernels on CUDA); an
+  ``SSS`` with non-negative scalar or diagonal ``A`` as the sum of its ``n`` one-state masks
+  ``OneSS(log A_m, b=B_m, c=C_m)`` (plus a diagonal correction for an explicit ``D``); any other
+  ``SSS`` (dense, signed or complex transitions) with ``(n, N, P)`` states between chunks; a
+  ``Quasiseparable`` mask as its lower part, its upper part and its diagonal.
 * :func:`lowrank` -- ``L = U V^T``: ``Y = sum_r diag(u_r) Q (K^T diag(v_r) V)``, linear in ``T``.
 """
 
@@ -94,11 +95,13 @@ def chunk_terms(mask: StructuredMatrix) -> list[OneSS] | None:
     if isinstance(mask, SSS) and mask.kind in ("scalar", "diag") and not mask.dtype.is_complex:
         A = mask.A
         if bool((A[..., 1:] < 0).any()):
-            return None
+            return [mask]
         A = A[..., None].expand(*A.shape, mask.order) if mask.kind == "scalar" else A
         log_a = torch.where(A > 0, torch.log(torch.where(A > 0, A, torch.ones_like(A))), float("-inf"))
         log_a = torch.cat([torch.zeros_like(log_a[..., :1, :]), log_a[..., 1:, :]], dim=-2)
         return [OneSS(log_a[..., m], b=mask.B[..., m], c=mask.C[..., m], lower=mask.lower) for m in range(mask.order)]
+    if isinstance(mask, SSS):
+        return [mask]
     return None
 
 
@@ -112,7 +115,7 @@ def chunked(q, k, v, mask: StructuredMatrix, scale: float, chunk: int) -> torch.
     terms = chunk_terms(mask)
     if terms is None:
         raise ValueError(f"the chunked order does not apply to {type(mask).__name__} with these transitions")
-    y = sum(_chunked_one(q, k, v, term, scale, chunk) for term in terms)
+    y = sum((_chunked_one if isinstance(term, OneSS) else _chunked_sss)(q, k, v, term, scale, chunk) for term in terms)
     if len(terms) == 1 and terms[0] is mask:
         return y
     corr = _diagonal_correction(mask, terms)  # (*mask_batch, T)
@@ -150,6 +153,39 @@ def _triton_applies(q, dA, b, c) -> bool:
     if not q.is_cuda or q.is_complex() or b.is_complex() or c.is_complex():
         return False
     return bool(torch.isfinite(dA).all() and (dA <= 0).all())
+
+
+def _chunked_sss(q, k, v, mask, scale: float, chunk: int) -> torch.Tensor:
+    """Chunked SMA for any SSS mask: dense ``L x L`` mask blocks inside chunks, ``(n, N, P)`` states
+    between them (the chunk maps of :mod:`structmat.sss_solve`)."""
+    from structmat.scan import linear_scan
+    from structmat.sss import SSS, flip_params
+    from structmat.sss_solve import chunk_maps
+
+    Bsz, T, H, _ = q.shape
+    if not mask.lower:
+        A, B, C, D = flip_params(mask._A, mask.B, mask.C, mask.D, mask.kind)
+        A = torch.exp(A) if mask.kind == "log" else A
+        rev = SSS(A, B, C, mask.diag_values().flip(-1) if D is None else D)
+        flip = lambda t: torch.flip(t, (1,))  # noqa: E731
+        return flip(_chunked_sss(flip(q), flip(k), flip(v), rev, scale, chunk))
+    bh = mask_to_bh(mask, Bsz, H)
+    M = mask if tuple(mask.batch_shape) == bh else _reshape_mask(mask, bh)
+    blocks, W, R, P, kind, L = chunk_maps(M, chunk)  # (*bh, c, L, L), (*bh, c, L, n) x2, chunk transitions
+    dtype = torch.promote_types(q.dtype, blocks.dtype)
+    n_chunks = blocks.shape[-3]
+    pad = n_chunks * L - T
+    chunks = lambda t: torch.nn.functional.pad(t, (0, 0, 0, 0, 0, pad)).reshape(Bsz, n_chunks, L, H, -1).to(dtype)  # noqa: E731
+    qc, kc, vc = chunks(q), chunks(k), chunks(v)
+    y = torch.einsum("bhcts,bcthn,bcshn,bcshp->bcthp", blocks.to(dtype), qc, kc, vc)
+    states = torch.einsum("bhcsm,bcshn,bcshp->bhcmnp", R.to(dtype), kc, vc)  # leaving each chunk
+    n, N, Pd = states.shape[-3:]
+    flat = states.reshape(*states.shape[:3], n, N * Pd)
+    ends = linear_scan(P.to(dtype), flat, "scalar" if kind == "log" else kind)  # (b, h, c, n, N P)
+    entering = torch.cat([torch.zeros_like(ends[..., :1, :, :]), ends[..., :-1, :, :]], dim=-3)
+    entering = entering.reshape(*entering.shape[:3], n, N, Pd)
+    y = y + torch.einsum("bhctm,bhcmnp,bcthn->bcthp", W.to(dtype), entering, qc)
+    return y.reshape(Bsz, n_chunks * L, H, -1)[:, :T] * scale
 
 
 def _reversed(mask: OneSS) -> OneSS:

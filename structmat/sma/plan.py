@@ -142,9 +142,10 @@ def sma_plan(q, k, v, mask: StructuredMatrix, *, dtype=None, device=None, chunk:
             passes = slices * ((1 + int(math.log(max(T, 2), 32))) if scan else 1)
         elif order == "chunked":
             L = min(chunk, T)
-            terms = len(chunk_terms(mask))
-            flops = terms * (2 * BH * T * L * (N + P) + 4 * BH * T * N * P)
-            extra = terms * (BH * (T // L + 1) * N * P * elt + 4 * BH * T * L * elt)
+            term_orders = [t.order for t in chunk_terms(mask)]
+            terms = len(term_orders)
+            flops = sum(2 * BH * T * L * (N + P) + 4 * BH * T * n * N * P for n in term_orders)
+            extra = sum(BH * (T // L + 1) * n * N * P * elt + 4 * BH * T * L * elt for n in term_orders)
             passes = terms
         else:
             r = mask.order
