@@ -112,6 +112,16 @@ def test_fourier_circulant_algebra(T, complex_kernel, seed):
     close(A.to_toeplitz().to_dense(), dA)
 
 
+def test_fourier_and_dft_gradcheck():
+    c, x = rand(8, seed=3).requires_grad_(), rand(8, 2, seed=4).requires_grad_()
+    c2 = rand(8, seed=6)
+    c2[0] = 5.0
+    f = lambda c, x: sm.Fourier.from_kernel(c) @ x + (sm.Fourier.from_kernel(c) @ sm.Fourier.from_kernel(c2)).inv() @ x  # noqa: E731
+    assert torch.autograd.gradcheck(lambda c, x: f(c + 5 * torch.eye(8, dtype=F64)[0], x), (c, x))
+    z = torch.complex(rand(8, 2, seed=5), rand(8, 2, seed=7)).requires_grad_()
+    assert torch.autograd.gradcheck(lambda z: sm.DFT(8, dtype=C128) @ z, (z,))
+
+
 def test_fourier_singular_and_real_results():
     with pytest.raises(sm.SingularMatrixError):
         sm.Fourier.from_kernel(torch.ones(4)).inv()  # eigenvalues (4, 0, 0, 0)
