@@ -33,6 +33,18 @@ def _input_scale(ptrs, mask, DT_IS_DA: tl.constexpr):
 
 
 @triton.jit
+def _tile(inner, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr):
+    """Grid coordinates of a row-block program: chunk ``c``, block ``m`` in it, batch ``b`` and the
+    inner index (head or group) from axes 0 and 1, with the block's sequence positions."""
+    blocks: tl.constexpr = CHUNK // BLOCK_M
+    c = tl.program_id(0) // blocks
+    m = tl.program_id(0) % blocks
+    b = (tl.program_id(1) // inner).to(tl.int64)
+    offs = c * CHUNK + m * BLOCK_M + tl.arange(0, BLOCK_M)
+    return c, m, b, tl.program_id(1) % inner, offs
+
+
+@triton.jit
 def state_kernel(
     x_ptr, dt_ptr, A_ptr, B_ptr, init_ptr, seq_ptr, states_ptr, final_ptr, cs_ptr,
     L, H, heads_per_group, n_chunks, P, N,
@@ -128,14 +140,8 @@ def chunk_out_kernel(
     DT_IS_DA: tl.constexpr = False,
 ):
     """``y_i = sum_{j <= i in chunk} (C_i . B_j) exp(cs_i - cs_j) dt_j x_j + exp(cs_i) C_i h_in``."""
-    blocks: tl.constexpr = CHUNK // BLOCK_M
-    c = tl.program_id(0) // blocks
-    m = tl.program_id(0) % blocks
-    pid_bh = tl.program_id(1)
-    b = (pid_bh // H).to(tl.int64)
-    h = pid_bh % H
+    c, m, b, h, offs_i = _tile(H, CHUNK, BLOCK_M)
     g = h // heads_per_group
-    offs_i = c * CHUNK + m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_p = tl.arange(0, BLOCK_P)
     mask_i = offs_i < L
@@ -201,13 +207,7 @@ def dc_kernel(
     Also adds to ``ddA_k`` (per head, atomically) the pairs ``j < k <= i`` with ``i`` in the chunk
     and ``j`` before it (through ``h_in``): sums of straddling pairs only, so nothing cancels
     (``dy``, ``x`` share strides)."""
-    blocks: tl.constexpr = CHUNK // BLOCK_M
-    c = tl.program_id(0) // blocks
-    m = tl.program_id(0) % blocks
-    pid_bg = tl.program_id(1)
-    b = (pid_bg // G).to(tl.int64)
-    g = pid_bg % G
-    offs_i = c * CHUNK + m * BLOCK_M + tl.arange(0, BLOCK_M)
+    c, m, b, g, offs_i = _tile(G, CHUNK, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_p = tl.arange(0, BLOCK_P)
     mask_i = offs_i < L
@@ -283,12 +283,7 @@ def dx_db_kernel(
     ``j < k <= i`` with ``j`` in the chunk: ``i`` in it too (from the fp32 tiles
     ``V = (C B^T) o (dy x^T) o decay o dt``) or after it (through ``g``)."""
     blocks: tl.constexpr = CHUNK // BLOCK_M
-    c = tl.program_id(0) // blocks
-    k = tl.program_id(0) % blocks
-    pid_bg = tl.program_id(1)
-    b = (pid_bg // G).to(tl.int64)
-    g = pid_bg % G
-    offs_j = c * CHUNK + k * BLOCK_M + tl.arange(0, BLOCK_M)
+    c, k, b, g, offs_j = _tile(G, CHUNK, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_p = tl.arange(0, BLOCK_P)
     mask_j = offs_j < L
