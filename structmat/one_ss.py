@@ -89,13 +89,10 @@ class OneSS(SSS):
         if not self.lower:
             return super()._matmat(X)
         # h_t = a_t h_{t-1} + b_t x_t, y_t = c_t h_t: skip the unit scalings
-        log_a = torch.cat([torch.zeros_like(self.log_a[..., :1]), self.log_a[..., 1:]], dim=-1)
         u = X if self.b is None else self.b[..., None] * X
-        a = iir.constant_decay(log_a, u)
-        if a is not None:  # one decay on the CPU: the IIR filter in compiled code
-            h = iir.iir_scan(log_a, u, a)
-        else:
-            h = decay_scan(log_a, u)
+        h = iir.cpu_scan(self.log_a, u)  # compiled code on the CPU (LAPACK / lfilter), else the blocked scan
+        if h is None:
+            h = decay_scan(torch.cat([torch.zeros_like(self.log_a[..., :1]), self.log_a[..., 1:]], dim=-1), u)
         return h if self.c is None else self.c[..., None] * h
 
     # --- constructors -------------------------------------------------------------------------

@@ -6,6 +6,7 @@ import torch
 from reference import sequential_one_ss
 
 import structmat as sm
+from structmat.scan import decay_scan
 
 F64 = torch.float64
 
@@ -40,17 +41,25 @@ def test_tiny_decays_underflow_to_zero_without_nan():
     assert rel_err(y, torch.ones(500, dtype=F64) + torch.cat([torch.zeros(1, dtype=F64), torch.full((499,), 1e-30, dtype=F64)])) < 1e-12
 
 
-@pytest.mark.parametrize("varying", [False, True])  # the IIR filter path and the blocked scan path
+def _blocked(log_a, x):
+    """The blocked torch scan (the path off the CPU), bypassing the compiled CPU solvers."""
+    log_a = torch.cat([torch.zeros_like(log_a[:1]), log_a[1:]])
+    return decay_scan(log_a, x[:, None])[:, 0]
+
+
+# the IIR filter (constant decay), the banded LAPACK solve (varying decay), the blocked scan
+@pytest.mark.parametrize("path", ["iir", "banded", "blocked"])
 @pytest.mark.parametrize("decay", [1e-3, 1 - 1e-7])
-def test_million_steps_float32_matches_float64(decay, varying):
+def test_million_steps_float32_matches_float64(decay, path):
     T = 10**6
     g = torch.Generator().manual_seed(1)
     log_a = torch.full((T,), float(np.log(decay)), dtype=F64)
-    if varying:
+    if path != "iir":
         log_a = log_a * (1 + 0.5 * torch.rand(T, generator=g, dtype=F64))
     x = torch.randn(T, generator=g, dtype=F64)
-    y64 = sm.OneSS(log_a) @ x
-    y32 = sm.OneSS(log_a.float()) @ x.float()
+    matvec = _blocked if path == "blocked" else lambda la, x: sm.OneSS(la) @ x
+    y64 = matvec(log_a, x)
+    y32 = matvec(log_a.float(), x.float())
     assert torch.isfinite(y32).all()
     assert rel_err(y32, y64) < 1e-4
     a = np.exp(log_a.numpy()[:2000])

@@ -9,7 +9,8 @@ from reference import dense_of
 
 import structmat as sm
 import structmat.testing as smt
-from structmat.scan import linear_scan, linear_scan_sequential
+from structmat.iir import MAX_BANDED_COLUMNS, cpu_scan
+from structmat.scan import decay_scan, linear_scan, linear_scan_sequential
 
 F64 = torch.float64
 
@@ -54,6 +55,40 @@ def test_blocked_scan_equals_sequential(kind, T, N):
     h0 = torch.randn(2, N, 2, generator=g, dtype=F64)
     for init in (None, h0):
         close(linear_scan(A, u, kind, init, chunk=8), linear_scan_sequential(A, u, kind, init))
+
+
+broadcast_pairs = st.sampled_from([((), ()), ((2,), (2,)), ((1,), (3,)), ((3, 1), (3, 2)), ((), (2, 2)), ((2, 3), (3,))])
+
+
+@given(broadcast_pairs, st.integers(2, 90), st.integers(1, 3), st.booleans(), st.data())
+def test_compiled_scan_matches_sequential_and_blocked(shapes, T, K, constant, data):
+    """The CPU LAPACK / lfilter paths against the plain recurrence and the blocked scan (the GPU path)."""
+    a_batch, x_batch = shapes
+    a = data.draw(smt.decays((*a_batch, T)))
+    if constant:
+        a = a[..., 1:2].expand(*a_batch, T)
+    log_a = sm.one_ss.safe_log(a)
+    X = torch.randn(*x_batch, T, K, dtype=F64)
+    h = cpu_scan(log_a, X)
+    batch = torch.broadcast_shapes(a_batch, x_batch)
+    la, Xb = log_a.expand(*batch, T), X.expand(*batch, T, K)
+    close(h, linear_scan_sequential(la, Xb[..., None, :], "log")[..., 0, :])
+    close(h, decay_scan(torch.cat([torch.zeros_like(la[..., :1]), la[..., 1:]], -1), Xb))
+
+
+def test_compiled_scan_gradients_and_fallbacks():
+    T = 40
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(3, T, 2, generator=g, dtype=F64, requires_grad=True)
+    for shape in ((T,), (3, T), (2, 1, T)):
+        la = (-torch.rand(shape, generator=g, dtype=F64)).requires_grad_()
+        assert torch.autograd.gradcheck(lambda la, x: cpu_scan(la, x), (la, x))
+    const = torch.full((T,), -0.3, dtype=F64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda la, x: cpu_scan(la, x), (const, x))
+    assert cpu_scan(const, torch.ones(T, 1, dtype=torch.complex128)) is None  # complex: the blocked scan
+    assert cpu_scan(-torch.rand(T, dtype=F64), torch.ones(T, MAX_BANDED_COLUMNS + 1, dtype=F64)) is None
+    x32 = torch.randn(T, 2, generator=g)
+    assert cpu_scan(-torch.rand(T), x32).dtype == torch.float32
 
 
 def test_matmul_semantics_broadcasting():
