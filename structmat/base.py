@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import numbers
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -111,6 +112,21 @@ class StructuredMatrix(abc.ABC):
 
     def matmul(self, X: Any) -> torch.Tensor:
         """``M @ X`` for a dense operand, following ``torch.matmul``."""
+        M, X, vector = self._operand(X)
+        Y = M._matmat(X)
+        return Y[..., 0] if vector else Y
+
+    def matmat_fn(self) -> Callable[[torch.Tensor], torch.Tensor]:
+        """``X -> M @ X`` for many products with operands of one shape (what the SMA linear order does).
+
+        Classes with a costly per-product setup (a Toeplitz matrix's circulant spectrum) do it once
+        in the returned function; by default it is :meth:`matmul`.
+        """
+        return self.matmul
+
+    def _operand(self, X: Any) -> tuple[StructuredMatrix, torch.Tensor, bool]:
+        """Check ``X``; return the matrix in the common dtype, ``X`` as ``(*batch, S, K)`` and
+        whether ``X`` was a vector."""
         X = as_tensor(X, "X", device=self.device) if not isinstance(X, torch.Tensor) else X
         if X.device != self.device:
             raise ValueError(f"X is on {X.device} but the matrix is on {self.device}")
@@ -128,9 +144,7 @@ class StructuredMatrix(abc.ABC):
             dtype = torch.get_default_dtype()
         M = self if dtype == self.dtype else self.to(dtype)
         batch = torch.broadcast_shapes(self.batch_shape, X.shape[:-2])
-        X = X.to(dtype).expand(*batch, *X.shape[-2:])
-        Y = M._matmat(X)
-        return Y[..., 0] if vector else Y
+        return M, X.to(dtype).expand(*batch, *X.shape[-2:]), vector
 
     def __matmul__(self, other: Any):
         if isinstance(other, StructuredMatrix):

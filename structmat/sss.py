@@ -255,12 +255,29 @@ class SSS(StructuredMatrix):
         return LowRank(U, V).tril()
 
 
+def time_slice(A, B, C, D, kind: str, steps: slice):
+    """The parameters of the diagonal block ``M[steps, steps]`` (a lower SSS of the same kind)."""
+    A = A.narrow(A.dim() - _TAIL[kind], steps.start, steps.stop - steps.start)
+    return A, B[..., steps, :], C[..., steps, :], None if D is None else D[..., steps], kind
+
+
 def lower_matmat(A, B, C, D, kind, X):
     """``M X`` for a lower SSS; ``X`` of shape ``(*, T, K)``."""
-    A = _neutral_first(A, kind)
+    return lower_matmat_carry(A, B, C, D, kind, X)[0]
+
+
+def lower_matmat_carry(A, B, C, D, kind, X, h0=None):
+    """``M X`` for a lower SSS continuing from the state ``h0`` ``(*, N, K)``; also returns the last state.
+
+    With ``h0`` the first transition ``A[..., 0]`` applies to it, so a long product can be run in
+    consecutive time blocks: ``Y_1, h = lower_matmat_carry(params[:t], X[:t])``, then
+    ``lower_matmat_carry(params[t:], X[t:], h)``.
+    """
+    A = _neutral_first(A, kind) if h0 is None else A
     u = B[..., :, :, None] * X[..., :, None, :]
-    h = linear_scan(A, u, kind)
+    h = linear_scan(A, u, kind, h0)
     if D is None:
-        return (C[..., :, :, None] * h).sum(-2)
-    prev = torch.cat([torch.zeros_like(h[..., :1, :, :]), h[..., :-1, :, :]], dim=-3)
-    return (C[..., :, :, None] * apply_transition(A, prev, kind)).sum(-2) + D[..., None] * X
+        return (C[..., :, :, None] * h).sum(-2), h[..., -1, :, :]
+    first = torch.zeros_like(h[..., :1, :, :]) if h0 is None else h0[..., None, :, :].expand_as(h[..., :1, :, :])
+    prev = torch.cat([first, h[..., :-1, :, :]], dim=-3)
+    return (C[..., :, :, None] * apply_transition(A, prev, kind)).sum(-2) + D[..., None] * X, h[..., -1, :, :]

@@ -14,7 +14,7 @@ import torch
 from structmat.base import SingularMatrixError, StructuredMatrix, as_tensor, check_finite
 from structmat.lazy import Inverse
 
-__all__ = ["Toeplitz", "ToeplitzInverse", "toeplitz_matmat", "causal_inverse_series"]
+__all__ = ["Toeplitz", "ToeplitzInverse", "toeplitz_matmat", "circulant_spectrum", "causal_inverse_series"]
 
 _DIRECT_INVERSE_MAX = 64  # below this the causal inverse is a forward substitution
 
@@ -31,18 +31,28 @@ def _conv(a: torch.Tensor, b: torch.Tensor, n_out: int) -> torch.Tensor:
     return torch.fft.irfft(torch.fft.rfft(a, n) * torch.fft.rfft(b, n), n)[..., :n_out]
 
 
-def toeplitz_matmat(c: torch.Tensor, r: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
-    """``T(c, r) @ X`` for ``c (*, T)``, ``r (*, S)``, ``X (*, S, K)`` by one circulant FFT product."""
+def circulant_spectrum(c: torch.Tensor, r: torch.Tensor, complex_: bool) -> torch.Tensor:
+    """FFT of the first column of the circulant (length a power of two >= ``T + S - 1``) that
+    embeds ``T(c, r)``: ``c``, zeros, then ``r[S-1], ..., r[1]``; ``rfft`` unless ``complex_``."""
     T, S = c.shape[-1], r.shape[-1]
     n = _fft_len(T + S - 1)
-    # circulant first column: c, zeros, then r[S-1], ..., r[1]
     col = torch.cat([c, torch.zeros(*c.shape[:-1], n - T - S + 1, dtype=c.dtype, device=c.device),
                      torch.flip(r[..., 1:], (-1,))], dim=-1)
+    return torch.fft.fft(col, n) if complex_ else torch.fft.rfft(col, n)
+
+
+def toeplitz_matmat(c: torch.Tensor, r: torch.Tensor, X: torch.Tensor, spectrum: torch.Tensor | None = None) -> torch.Tensor:
+    """``T(c, r) @ X`` for ``c (*, T)``, ``r (*, S)``, ``X (*, S, K)`` by one circulant FFT product
+    (``spectrum``: :func:`circulant_spectrum`, if already computed)."""
+    T, S = c.shape[-1], r.shape[-1]
+    n = _fft_len(T + S - 1)
+    complex_ = c.is_complex() or X.is_complex()
+    spectrum = circulant_spectrum(c, r, complex_) if spectrum is None else spectrum
     Xt = X.transpose(-1, -2)
-    if col.is_complex() or X.is_complex():
-        prod = torch.fft.ifft(torch.fft.fft(col, n)[..., None, :] * torch.fft.fft(Xt, n), n)
+    if complex_:
+        prod = torch.fft.ifft(spectrum[..., None, :] * torch.fft.fft(Xt, n), n)
     else:
-        prod = torch.fft.irfft(torch.fft.rfft(col, n)[..., None, :] * torch.fft.rfft(Xt, n), n)
+        prod = torch.fft.irfft(spectrum[..., None, :] * torch.fft.rfft(Xt, n), n)
     return prod[..., :T].transpose(-1, -2)
 
 
@@ -155,6 +165,20 @@ class Toeplitz(StructuredMatrix):
 
     def _matmat(self, X: torch.Tensor) -> torch.Tensor:
         return toeplitz_matmat(self.c, self.r, X)
+
+    def matmat_fn(self):
+        """``X -> M @ X`` with the circulant spectrum computed once (per operand dtype)."""
+        spectra = {}
+
+        def apply(X):
+            M, X, vector = self._operand(X)
+            key = (M.dtype, X.is_complex())
+            if key not in spectra:
+                spectra[key] = circulant_spectrum(M.c, M.r, M.dtype.is_complex or X.is_complex())
+            Y = toeplitz_matmat(M.c, M.r, X, spectra[key])
+            return Y[..., 0] if vector else Y
+
+        return apply
 
     def _map(self, fn) -> Toeplitz:
         if self.causal:

@@ -54,6 +54,26 @@ def test_every_order_equals_quadratic(T, heads, B, seed):
         assert torch.allclose(sm.sma(q, k, v, M), ref, atol=1e-10, rtol=1e-9)
 
 
+@pytest.mark.parametrize("budget", [1, 40, 300])
+def test_time_blocks_and_column_slices_equal_quadratic(monkeypatch, budget):
+    """The CPU paths over time blocks (carried states) and column slices, forced small."""
+    from structmat.sma import orders
+
+    monkeypatch.setattr(orders, "TILE_ELEMENTS", budget)
+    T, H, B = 21, 2, 2
+    q, k, v = qkv(B, T, H, 1, 3, 2, seed=budget)
+    for name, M in masks(T, H, B, budget).items():
+        ref = sm.sma(q, k, v, M, order="quadratic")
+        for order in admissible(M):
+            got = sm.sma(q, k, v, M, order=order, chunk=4)
+            assert torch.allclose(got, ref, atol=1e-10, rtol=1e-9), (name, order, budget)
+    q, k, v = (t[:1, :9].requires_grad_() for t in (q, k, v))
+    a = torch.rand(2, 9, dtype=F64, requires_grad=True)
+    for order in ("linear", "chunked"):
+        f = lambda q, k, v, a: sm.sma(q, k, v, sm.OneSS.from_decays(a).T, order=order, chunk=2)  # noqa: E731
+        assert torch.autograd.gradcheck(f, (q, k, v, a)), order
+
+
 def test_rectangular_masks_and_grouped_queries():
     q, k, v = qkv(2, 5, 4, 2, 3, 2, S=7)
     for name, M in masks(5, 4, 2, 0, S=7).items():

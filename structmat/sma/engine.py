@@ -84,8 +84,7 @@ def sma(q, k, v, mask: StructuredMatrix, *, order: str = "auto", scale: float = 
     if order == "quadratic":
         y = O.quadratic(q, k, v, mask, scale)
     elif order == "linear":
-        Bsz, S, H, P = v.shape
-        y = O.linear(q, k, v, mask, scale, n_slice=O.linear_slice(S, H, P, Bsz, q.shape[-1], v.device))
+        y = O.linear(q, k, v, mask, scale)
     elif order == "chunked":
         y = O.chunked(q, k, v, mask, scale, chunk or 64)
     else:

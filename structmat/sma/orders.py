@@ -41,11 +41,30 @@ def mask_to_bh(mask: StructuredMatrix, B: int, H: int) -> tuple[int, ...]:
     return full
 
 
-def linear_slice(S: int, H: int, P: int, B: int, N: int, device) -> int:
-    """How many of the ``N`` key features one pass of the linear order takes: the ``(B, H, S, n, P)``
-    tensor stays under ``2^22`` elements on the CPU, ``2^26`` on a GPU (whose launches cost more)."""
-    budget = 2**26 if torch.device(device).type == "cuda" else 2**22
-    return max(1, min(N, budget // max(1, B * H * S * P)))
+#: Elements of the largest tensor of one time block on the CPU (see :func:`time_tile`).
+TILE_ELEMENTS = 2**19
+
+
+def linear_slices(S: int, H: int, P: int, B: int, N: int, device) -> tuple[int, int]:
+    """``(n, p)``: how many key features and value columns one pass of the linear order takes, so
+    that its ``(B, H, S, n, p)`` tensor stays under ``2^26`` elements on a GPU (whose launches
+    cost more) and :data:`TILE_ELEMENTS` on the CPU (cache-sized passes)."""
+    budget = 2**26 if torch.device(device).type == "cuda" else TILE_ELEMENTS
+    cols = max(1, budget // max(1, B * H * S))
+    return (max(1, min(N, cols // P)), P) if cols >= P else (1, cols)
+
+
+def time_tile(device, T: int, per_step: int) -> int:
+    """Steps per block when a long sequence is processed block by block with a carried state.
+
+    On the CPU every block's tensors stay under :data:`TILE_ELEMENTS` (``per_step`` elements per step):
+    they then stay in cache and are served again from the heap, where a fresh multi-megabyte
+    tensor costs a page fault per 4 KiB and makes the time grow faster than ``T``. On a GPU the
+    whole sequence is one block.
+    """
+    if torch.device(device).type != "cpu":
+        return T
+    return max(1, min(T, TILE_ELEMENTS // max(1, per_step)))
 
 
 def quadratic(q, k, v, mask: StructuredMatrix, scale: float) -> torch.Tensor:
@@ -56,21 +75,74 @@ def quadratic(q, k, v, mask: StructuredMatrix, scale: float) -> torch.Tensor:
     return opt_einsum.contract("bhts,bshp->bthp", scores * L.to(dtype), v.to(dtype))
 
 
-def linear(q, k, v, mask: StructuredMatrix, scale: float, n_slice: int | None = None) -> torch.Tensor:
+def linear(q, k, v, mask: StructuredMatrix, scale: float) -> torch.Tensor:
     Bsz, S, H, N = k.shape
-    P = v.shape[-1]
+    T, P = q.shape[1], v.shape[-1]
     bh = mask_to_bh(mask, Bsz, H)
     M = mask if mask.batch_shape == torch.Size(bh) else _reshape_mask(mask, bh)
-    n_slice = N if n_slice is None else max(1, min(n_slice, N))
+    parts = state_parts(M)
+    if parts is not None and q.device.type == "cpu":
+        return _linear_streamed(q, k, v, M, parts, scale)
+    n_slice, p_slice = linear_slices(max(S, T), H, P, Bsz, N, q.device)
+    apply = M.matmat_fn()
     out = None
-    for n0 in range(0, N, n_slice):
-        kn = k[..., n0 : n0 + n_slice]  # (B, S, H, n)
-        Z = (kn[..., :, None] * v[..., None, :]).permute(0, 2, 1, 3, 4)  # (B, H, S, n, P)
-        Z = Z.reshape(Bsz, H, S, -1)
-        MZ = M.matmul(Z).reshape(Bsz, H, -1, kn.shape[-1], P)  # (B, H, T, n, P)
-        qn = q[..., n0 : n0 + n_slice].permute(0, 2, 1, 3)  # (B, H, T, n)
-        part = torch.einsum("bhtn,bhtnp->bthp", qn.to(MZ.dtype), MZ)
-        out = part if out is None else out + part
+    for p0 in range(0, P, p_slice):
+        vp = v[..., p0 : p0 + p_slice]
+        for n0 in range(0, N, n_slice):
+            kn = k[..., n0 : n0 + n_slice]  # (B, S, H, n)
+            Z = (kn[..., :, None] * vp[..., None, :]).permute(0, 2, 1, 3, 4)  # (B, H, S, n, p)
+            MZ = apply(Z.reshape(Bsz, H, S, -1)).reshape(Bsz, H, T, *Z.shape[-2:])  # (B, H, T, n, p)
+            qn = q[..., n0 : n0 + n_slice].permute(0, 2, 1, 3)  # (B, H, T, n)
+            part = torch.einsum("bhtn,bhtnp->bthp", qn.to(MZ.dtype), MZ)
+            if out is None:
+                out = torch.zeros(Bsz, T, H, P, dtype=part.dtype, device=part.device)
+            out[..., p0 : p0 + p_slice] += part
+    return out * scale
+
+
+def state_parts(mask: StructuredMatrix):
+    """``[(lower SSS parameters, reversed)]`` whose sum is the mask off its diagonal, or None.
+
+    A lower SSS is one part; an upper one is a lower one in reversed time; a quasiseparable mask
+    is both (its free diagonal is added separately).
+    """
+    from structmat.quasiseparable import Quasiseparable
+    from structmat.sss import SSS
+
+    if isinstance(mask, SSS):
+        return [(mask.lower_params(), not mask.lower)]
+    if isinstance(mask, Quasiseparable):
+        return [(mask.lower_part.lower_params(), False), (mask.upper_part.lower_params(), True)]
+    return None
+
+
+def _linear_streamed(q, k, v, mask, parts, scale: float) -> torch.Tensor:
+    """The linear order over time blocks with the ``(n, N P)`` state carried (CPU, bounded memory)."""
+    from structmat.quasiseparable import Quasiseparable
+    from structmat.sss import lower_matmat_carry, time_slice
+
+    Bsz, T, H, N = q.shape
+    P = v.shape[-1]
+    dtype = torch.promote_types(torch.promote_types(q.dtype, k.dtype), torch.promote_types(v.dtype, mask.dtype))
+    out = torch.zeros(Bsz, T, H, P, dtype=dtype, device=v.device)
+    for params, reverse in parts:
+        per_step = Bsz * H * P * params[1].shape[-1]  # the (B, H, t, n_state, n P) states
+        n_slice = max(1, min(N, TILE_ELEMENTS // (per_step * min(T, 256))))
+        tile = time_tile(q.device, T, per_step * n_slice)
+        for n0 in range(0, N, n_slice):
+            h = None
+            for t0 in range(0, T, tile):
+                sl = slice(t0, min(T, t0 + tile))  # in the part's time
+                src = slice(T - sl.stop, T - sl.start) if reverse else sl  # the same steps in the inputs' time
+                take = (lambda t: torch.flip(t[:, src], (1,))) if reverse else (lambda t: t[:, src])  # noqa: E731
+                kn, qn = take(k[..., n0 : n0 + n_slice]), take(q[..., n0 : n0 + n_slice])
+                Z = (kn[..., :, None] * take(v)[..., None, :]).permute(0, 2, 1, 3, 4)  # (B, H, t, n, P)
+                Y, h = lower_matmat_carry(*time_slice(*params, sl), Z.reshape(Bsz, H, Z.shape[2], -1).to(dtype), h)
+                part = torch.einsum("bhtn,bhtnp->bthp", qn.permute(0, 2, 1, 3).to(dtype), Y.reshape(Z.shape))
+                out[:, src] += torch.flip(part, (1,)) if reverse else part
+    if isinstance(mask, Quasiseparable):
+        d = mask.diag.reshape(*mask_to_bh(mask, Bsz, H), T).expand(Bsz, H, T).transpose(1, 2)[..., None]
+        out.addcmul_(d.to(dtype) * (q * k).sum(-1, keepdim=True).to(dtype), v.to(dtype))
     return out * scale
 
 
@@ -115,37 +187,53 @@ def chunked(q, k, v, mask: StructuredMatrix, scale: float, chunk: int) -> torch.
     terms = chunk_terms(mask)
     if terms is None:
         raise ValueError(f"the chunked order does not apply to {type(mask).__name__} with these transitions")
-    y = sum((_chunked_one if isinstance(term, OneSS) else _chunked_sss)(q, k, v, term, scale, chunk) for term in terms)
-    if len(terms) == 1 and terms[0] is mask:
-        return y
-    corr = _diagonal_correction(mask, terms)  # (*mask_batch, T)
     Bsz, T, H, _ = q.shape
+    dtype = torch.promote_types(torch.promote_types(q.dtype, k.dtype), torch.promote_types(v.dtype, mask.dtype))
+    out = torch.zeros(Bsz, T, H, v.shape[-1], dtype=dtype, device=v.device)
+    for term in terms:
+        if isinstance(term, OneSS):
+            _chunked_one(q, k, v, term, scale, chunk, out)
+        else:
+            out += _chunked_sss(q, k, v, term, scale, chunk)
+    if len(terms) == 1 and terms[0] is mask:
+        return out
+    corr = _diagonal_correction(mask, terms)  # (*mask_batch, T)
     corr = corr.reshape(*mask_to_bh(mask, Bsz, H), T).expand(Bsz, H, T).transpose(1, 2)  # (B, T, H)
-    return y + scale * corr[..., None].to(y.dtype) * (q * k).sum(-1, keepdim=True).to(y.dtype) * v.to(y.dtype)
+    return out.addcmul_(scale * corr[..., None].to(dtype) * (q * k).sum(-1, keepdim=True).to(dtype), v.to(dtype))
 
 
-def _chunked_one(q, k, v, mask: OneSS, scale: float, chunk: int) -> torch.Tensor:
+def _chunked_one(q, k, v, mask: OneSS, scale: float, chunk: int, out: torch.Tensor) -> None:
+    """Add ``sma(q, k, v, mask)`` for a OneSS mask into ``out``: the SSD kernels on CUDA, else the
+    torch chunked SSD over time blocks (:func:`time_tile`) with the state carried between them."""
     from structmat.ssd.chunked import ssd_chunked
 
     Bsz, T, H, N = q.shape
-    if not mask.lower:
-        # an upper mask is the lower one in reversed time
-        flip = lambda t: torch.flip(t, (1,))  # noqa: E731
-        return flip(_chunked_one(flip(q), flip(k), flip(v), _reversed(mask), scale, chunk))
-    bh = mask_to_bh(mask, Bsz, H)
+    P = v.shape[-1]
+    reverse = not mask.lower  # an upper mask is the lower one in reversed time
+    lower = _reversed(mask) if reverse else mask
+    bh = mask_to_bh(lower, Bsz, H)
     expand = lambda t: t.reshape(*bh, T).expand(Bsz, H, T).transpose(1, 2)  # noqa: E731  (B, T, H)
-    dA = expand(torch.cat([torch.zeros_like(mask.log_a[..., :1]), mask.log_a[..., 1:]], -1))
-    b = expand(mask.B[..., 0])
-    c = expand(mask.C[..., 0])
-    if _triton_applies(q, dA, b, c):
-        from structmat.triton.ssd import ssd_triton
+    dA = expand(torch.cat([torch.zeros_like(lower.log_a[..., :1]), lower.log_a[..., 1:]], -1))
+    b = expand(lower.B[..., 0])[..., None]
+    c = expand(lower.C[..., 0])[..., None]
+    kernel = _triton_applies(q, dA, b, c)  # one launch over the whole sequence
+    tile = T if kernel else max(chunk, time_tile(q.device, T, Bsz * H * max(chunk, N * P // chunk, N, P)) // chunk * chunk)
+    ones = torch.ones(H, dtype=dA.dtype, device=dA.device)
+    state = None
+    for t0 in range(0, T, tile):
+        sl = slice(t0, min(T, t0 + tile))  # in the lower mask's time
+        src = slice(T - sl.stop, T - sl.start) if reverse else sl  # the same steps in the inputs' time
+        take = (lambda t: torch.flip(t[:, src], (1,))) if reverse else (lambda t: t[:, src])  # noqa: E731
+        kb, qc = take(k) * b[:, sl], take(q) * c[:, sl]
+        if kernel:
+            from structmat.triton.ssd import ssd_triton
 
-        y, _ = ssd_triton(v, dA.float(), torch.zeros(H, device=v.device), k * b[..., None].to(k.dtype),
-                          q * c[..., None].to(q.dtype), chunk if chunk in (16, 32, 64, 128, 256) else 64, dt_is_dA=True)
-        return y * scale
-    y, _, _ = ssd_chunked(v, torch.ones_like(dA), torch.ones(H, dtype=dA.dtype, device=dA.device),
-                          k * b[..., None], q * c[..., None], chunk, dA=dA)
-    return y * scale
+            y, _ = ssd_triton(take(v), dA[:, sl].float(), torch.zeros(H, device=v.device), kb.to(k.dtype), qc.to(q.dtype),
+                              chunk if chunk in (16, 32, 64, 128, 256) else 64, dt_is_dA=True)
+        else:
+            y, state, _ = ssd_chunked(take(v), torch.ones_like(dA[:, sl]), ones, kb, qc, chunk,
+                                      initial_states=state, dA=dA[:, sl])
+        out[:, src] += (torch.flip(y, (1,)) if reverse else y) * scale
 
 
 def _triton_applies(q, dA, b, c) -> bool:

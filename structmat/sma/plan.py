@@ -135,9 +135,10 @@ def sma_plan(q, k, v, mask: StructuredMatrix, *, dtype=None, device=None, chunk:
                 # the blocked scan streams its (T, n_state, K) tensors some twenty times
                 n_state = mask.order if isinstance(mask, SSS) else sum(mask.order)
                 extra += 20 * BH * T * n_state * N * P * elt
-            from structmat.sma.orders import linear_slice
+            from structmat.sma.orders import linear_slices
 
-            slices = -(-N // linear_slice(S, H, P, Bsz, N, kind))
+            n_slice, p_slice = linear_slices(max(S, T), H, P, Bsz, N, kind)
+            slices = -(-N // n_slice) * -(-P // p_slice)
             scan = isinstance(mask, (SSS, Quasiseparable))  # the blocked scan has log_32(T) levels; FFTs one pass
             passes = slices * ((1 + int(math.log(max(T, 2), 32))) if scan else 1)
         elif order == "chunked":

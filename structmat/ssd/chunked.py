@@ -63,10 +63,15 @@ def ssd_chunked(x, dt, A, B, C, chunk_size: int = 64, *, initial_states=None, se
         seg = seg.masked_fill(~same, float("-inf"))
     decay = torch.exp(seg)
     w = lambda t: t.to(work)  # noqa: E731  (einsum wants one dtype; complex inputs make it complex)
-    y_intra = torch.einsum("bclhn,bcshn,bhcls,bcsh,bcshp->bclhp", Ch, Bh, w(decay), w(dtc), xc)
+    # pairwise contractions in a fixed order: a many-operand einsum may broadcast C against B
+    # before contracting n, an (L x L x N) intermediate per chunk
+    dt_s = dtc.permute(0, 3, 1, 2)[..., None, :]  # (b, h, c, 1, L): dt of the source step
+    scores = torch.einsum("bclhn,bcshn->bhcls", Ch, Bh) * w(decay * dt_s)
+    y_intra = torch.einsum("bhcls,bcshp->bclhp", scores, xc)
 
     to_end = decay[..., -1, :]  # (b, h, c, L): products from s+1 to the chunk end
-    chunk_states = torch.einsum("bcshn,bhcs,bcsh,bcshp->bchpn", Bh, w(to_end), w(dtc), xc)
+    weighted = xc * w(to_end * dtc.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)[..., None]  # (b, c, L, h, p)
+    chunk_states = torch.einsum("bcshn,bcshp->bchpn", Bh, weighted)
     from_start = torch.exp(torch.cumsum(dA, dim=-1))  # (b, h, c, L): products over [start, i]
     chunk_decay = from_start[..., -1]  # (b, h, c)
     if seq_idx is not None:
@@ -75,7 +80,8 @@ def ssd_chunked(x, dt, A, B, C, chunk_size: int = 64, *, initial_states=None, se
         from_start = from_start * (sidx == prev_end)[:, None].to(real)
         chunk_decay = from_start[..., -1]
         survives = (sidx[:, :, -1:] == sidx)[:, None].to(real)
-        chunk_states = torch.einsum("bcshn,bhcs,bcsh,bcshp->bchpn", Bh, w(to_end * survives), w(dtc), xc)
+        weighted = xc * w(to_end * survives * dtc.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)[..., None]
+        chunk_states = torch.einsum("bcshn,bcshp->bchpn", Bh, weighted)
 
     state = x.new_zeros(b, h, p, B.shape[-1]) if initial_states is None else initial_states.to(work)
     entering = []
@@ -83,6 +89,6 @@ def ssd_chunked(x, dt, A, B, C, chunk_size: int = 64, *, initial_states=None, se
         entering.append(state)
         state = chunk_decay[:, :, c, None, None] * state + chunk_states[:, c]
     entering = torch.stack(entering, dim=1)  # (b, c, h, p, n)
-    y_inter = torch.einsum("bclhn,bchpn,bhcl->bclhp", Ch, entering, w(from_start))
+    y_inter = torch.einsum("bclhn,bchpn->bclhp", Ch, entering) * w(from_start).permute(0, 2, 3, 1)[..., None]
     y = (y_intra + y_inter).reshape(b, -1, h, p)[:, :l]
     return y, state, entering
