@@ -85,19 +85,21 @@ def linear(q, k, v, mask: StructuredMatrix, scale: float) -> torch.Tensor:
         return _linear_streamed(q, k, v, M, parts, scale)
     n_slice, p_slice = linear_slices(max(S, T), H, P, Bsz, N, q.device)
     apply = M.matmat_fn()
+    # time last throughout: the mask's FFTs and scans then read and write contiguous rows
+    qt, kt, vt = q.permute(0, 2, 3, 1), k.permute(0, 2, 3, 1), v.permute(0, 2, 3, 1)  # (B, H, N|P, T|S)
     out = None
     for p0 in range(0, P, p_slice):
-        vp = v[..., p0 : p0 + p_slice]
+        vp = vt[:, :, None, p0 : p0 + p_slice]  # (B, H, 1, p, S)
         for n0 in range(0, N, n_slice):
-            kn = k[..., n0 : n0 + n_slice]  # (B, S, H, n)
-            Z = (kn[..., :, None] * vp[..., None, :]).permute(0, 2, 1, 3, 4)  # (B, H, S, n, p)
-            MZ = apply(Z.reshape(Bsz, H, S, -1)).reshape(Bsz, H, T, *Z.shape[-2:])  # (B, H, T, n, p)
-            qn = q[..., n0 : n0 + n_slice].permute(0, 2, 1, 3)  # (B, H, T, n)
-            part = torch.einsum("bhtn,bhtnp->bthp", qn.to(MZ.dtype), MZ)
+            Zt = kt[:, :, n0 : n0 + n_slice, None] * vp  # (B, H, n, p, S)
+            n, p = Zt.shape[2:4]
+            MZ = apply(Zt.reshape(Bsz, H, n * p, S).transpose(-1, -2))  # (B, H, T, n p)
+            MZt = MZ.transpose(-1, -2).reshape(Bsz, H, n, p, T)
+            part = (qt[:, :, n0 : n0 + n_slice, None].to(MZt.dtype) * MZt).sum(2)  # (B, H, p, T)
             if out is None:
-                out = torch.zeros(Bsz, T, H, P, dtype=part.dtype, device=part.device)
-            out[..., p0 : p0 + p_slice] += part
-    return out * scale
+                out = torch.zeros(Bsz, H, P, T, dtype=part.dtype, device=part.device)
+            out[:, :, p0 : p0 + p_slice] += part
+    return out.permute(0, 3, 1, 2) * scale
 
 
 def state_parts(mask: StructuredMatrix):

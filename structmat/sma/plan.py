@@ -1,9 +1,12 @@
 """Costing the SMA contraction orders: ``sma_plan`` and the ``auto`` rule.
 
-Every admissible order gets its FLOPs and peak extra bytes. Dense pairwise steps are costed by
-``opt_einsum.contract_path``; the mask step by the mask class (scan, FFT, dense). ``auto`` picks
-the order with the smallest estimated time ``flops / rate + bytes / bandwidth``; the rates are
-per device kind (the CPU numbers are this project's 2-core CI machine, the CUDA ones an H100).
+Every admissible order gets its FLOPs, the bytes its passes move and its number of Python-level
+passes. Dense pairwise steps are costed by ``opt_einsum.contract_path``; the mask step by the mask
+class (scan, FFT, dense). ``auto`` picks the order with the smallest estimated time
+``flops * s_flop + bytes * s_byte + passes * ms_pass``, with coefficients per device kind and
+order (:data:`COEFFICIENTS`): the CPU ones fitted by ``benchmarks/calibrate_plan.py`` to
+``bench_sma_cpu.json`` (this project's 2-core machine), the CUDA ones to an H200/H100. The dtype
+enters through the bytes (element size).
 """
 
 from __future__ import annotations
@@ -26,10 +29,14 @@ from structmat.toeplitz import Toeplitz
 __all__ = ["Plan", "sma_plan", "mask_matvec_flops", "ORDERS"]
 
 ORDERS = ("quadratic", "linear", "chunked", "lowrank")
-_RATES = {"cpu": (5e10, 1e10), "cuda": (3e14, 1.5e12)}  # (flop/s, effective byte/s of small ops)
-# fixed costs per Python-level pass (ms), fitted to benchmarks/bench_sma.py (2-core CPU; H200)
-_OVERHEAD_MS = {"cpu": {"quadratic": 0.2, "linear": 0.3, "chunked": 2.0, "lowrank": 0.2, "row": 0.02},
-                "cuda": {"quadratic": 0.3, "linear": 1.0, "chunked": 0.8, "lowrank": 0.1, "row": 0.03}}
+#: ``(ms per flop, ms per byte, ms per pass)`` per device kind and order.
+COEFFICIENTS = {
+    "cpu": {"quadratic": (6.72e-9, 2.39e-7, 0.276), "linear": (1.38e-8, 2.32e-8, 0.481),
+            "chunked": (1.24e-8, 3.43e-7, 0.586), "lowrank": (2e-8, 1e-7, 0.2)},
+    "cuda": {"quadratic": (1 / 3e11, 1 / 1.5e9, 0.3), "linear": (1 / 3e11, 1 / 1.5e9, 1.0),
+             "chunked": (1 / 3e11, 1 / 1.5e9, 0.8), "lowrank": (1 / 3e11, 1 / 1.5e9, 0.1)},
+}
+_ROW_PASS = 0.1  # a Python-level row of a dense SSS/quasiseparable build, in passes of its order
 
 
 def _row_loop_dense(mask: StructuredMatrix) -> bool:
@@ -96,6 +103,46 @@ def admissible(mask: StructuredMatrix) -> list[str]:
     return orders
 
 
+def order_features(order: str, mask, Bsz: int, T: int, S: int, H: int, N: int, P: int, elt: int, kind: str,
+                   chunk: int) -> tuple[float, float, float]:
+    """``(flops, bytes, passes)`` of one order as :mod:`structmat.sma.orders` runs it on ``kind``."""
+    from structmat.sma.orders import TILE_ELEMENTS, chunk_terms, linear_slices, state_parts, time_tile
+
+    BH = Bsz * H
+    if order == "quadratic":
+        flops = _einsum_flops("bthn,bshn->bhts", (Bsz, T, H, N), (Bsz, S, H, N)) + BH * T * S
+        flops += _einsum_flops("bhts,bshp->bthp", (Bsz, H, T, S), (Bsz, S, H, P))
+        extra = (4 if kind == "cpu" else 12) * BH * T * S * elt  # scores, mask build, products
+        return flops, extra, 1 + (T * _ROW_PASS if _row_loop_dense(mask) else 0)
+    if order == "linear":
+        flops = 2 * BH * S * N * P + BH * mask_matvec_flops(mask, N * P) + 2 * BH * T * N * P
+        scan = isinstance(mask, (SSS, Quasiseparable))
+        if kind == "cpu" and scan and state_parts(mask) is not None:
+            # each part over time blocks with carried states; the blocked scan passes over (n, K) states
+            extra, passes = 0, 0
+            for params, _ in state_parts(mask):
+                n_state = params[1].shape[-1]
+                per_step = BH * P * n_state
+                n_slice = max(1, min(N, TILE_ELEMENTS // (per_step * min(T, 256))))
+                tile = time_tile("cpu", T, per_step * n_slice)
+                extra += 4 * BH * T * n_state * N * P * elt
+                passes += -(-N // n_slice) * -(-T // tile) * (1 + int(math.log(max(tile, 2), 32)))
+            return flops, extra, passes
+        n_slice, p_slice = linear_slices(max(S, T), H, P, Bsz, N, kind)
+        slices = -(-N // n_slice) * -(-P // p_slice)
+        extra = (2 if kind == "cpu" else 6) * BH * max(S, T) * N * P * elt  # Z and its passes
+        return flops, extra, slices * ((1 + int(math.log(max(T, 2), 32))) if scan else 1)
+    if order == "chunked":
+        L = min(chunk, T)
+        term_orders = [t.order for t in chunk_terms(mask)]
+        flops = sum(2 * BH * T * L * (N + P) + 4 * BH * T * n * N * P for n in term_orders)
+        extra = sum(BH * (T // L + 1) * n * N * P * elt + 4 * BH * T * L * elt for n in term_orders)
+        tiles = -(-T // max(L, time_tile(kind, T, BH * max(L, N * P // L, N, P)))) if kind == "cpu" else 1
+        return flops, extra, len(term_orders) * tiles
+    r = mask.order
+    return r * (2 * BH * S * N * P + 2 * BH * T * N * P), BH * r * N * P * elt, 1
+
+
 def sma_plan(q, k, v, mask: StructuredMatrix, *, dtype=None, device=None, chunk: int | None = None) -> Plan:
     """Plan an SMA call from tensors or shapes ``q (B, T, H|Hk, N)``, ``k (B, S, Hk, N)``, ``v (B, S, H, P)``.
 
@@ -106,7 +153,6 @@ def sma_plan(q, k, v, mask: StructuredMatrix, *, dtype=None, device=None, chunk:
     >>> plan.order
     'chunked'
     """
-    from structmat.sma.orders import chunk_terms
 
     Bsz, T, _, N = _shape(q)
     S = _shape(k)[1]
@@ -115,44 +161,13 @@ def sma_plan(q, k, v, mask: StructuredMatrix, *, dtype=None, device=None, chunk:
         dtype, device = dtype or v.dtype, device or v.device
     elt = torch.empty((), dtype=dtype or torch.float32).element_size()
     kind = torch.device(device or "cpu").type
-    flop_rate, byte_rate = _RATES.get(kind, _RATES["cpu"])
+    kind = kind if kind in COEFFICIENTS else "cpu"
     chunk = chunk or (64 if kind == "cpu" else 256)
-    BH = Bsz * H
     costs = {}
     for order in admissible(mask):
-        passes = 1
-        if order == "quadratic":
-            flops = _einsum_flops("bthn,bshn->bhts", (Bsz, T, H, N), (Bsz, S, H, N)) + BH * T * S
-            flops += _einsum_flops("bhts,bshp->bthp", (Bsz, H, T, S), (Bsz, S, H, P))
-            extra = (4 if kind == "cpu" else 12) * BH * T * S * elt  # scores, mask build, products (passes)
-            if _row_loop_dense(mask):
-                passes += T * _OVERHEAD_MS[kind if kind in _OVERHEAD_MS else "cpu"]["row"] / _OVERHEAD_MS[
-                    kind if kind in _OVERHEAD_MS else "cpu"]["quadratic"]
-        elif order == "linear":
-            flops = 2 * BH * S * N * P + BH * mask_matvec_flops(mask, N * P) + 2 * BH * T * N * P
-            extra = (2 if kind == "cpu" else 6) * BH * max(S, T) * N * P * elt  # Z and its passes
-            if kind == "cpu" and isinstance(mask, (SSS, Quasiseparable)):
-                # the blocked scan streams its (T, n_state, K) tensors some twenty times
-                n_state = mask.order if isinstance(mask, SSS) else sum(mask.order)
-                extra += 20 * BH * T * n_state * N * P * elt
-            from structmat.sma.orders import linear_slices
-
-            n_slice, p_slice = linear_slices(max(S, T), H, P, Bsz, N, kind)
-            slices = -(-N // n_slice) * -(-P // p_slice)
-            scan = isinstance(mask, (SSS, Quasiseparable))  # the blocked scan has log_32(T) levels; FFTs one pass
-            passes = slices * ((1 + int(math.log(max(T, 2), 32))) if scan else 1)
-        elif order == "chunked":
-            L = min(chunk, T)
-            term_orders = [t.order for t in chunk_terms(mask)]
-            terms = len(term_orders)
-            flops = sum(2 * BH * T * L * (N + P) + 4 * BH * T * n * N * P for n in term_orders)
-            extra = sum(BH * (T // L + 1) * n * N * P * elt + 4 * BH * T * L * elt for n in term_orders)
-            passes = terms
-        else:
-            r = mask.order
-            flops = r * (2 * BH * S * N * P + 2 * BH * T * N * P)
-            extra = BH * r * N * P * elt
-        ms = 1e3 * (flops / flop_rate + extra / byte_rate) + passes * _OVERHEAD_MS.get(kind, _OVERHEAD_MS["cpu"])[order]
-        costs[order] = {"flops": flops, "bytes": extra, "ms": ms}
+        flops, extra, passes = order_features(order, mask, Bsz, T, S, H, N, P, elt, kind, chunk)
+        s_flop, s_byte, ms_pass = COEFFICIENTS[kind][order]
+        ms = flops * s_flop + extra * s_byte + passes * ms_pass
+        costs[order] = {"flops": flops, "bytes": extra, "passes": passes, "ms": ms}
     best = min(costs, key=lambda o: costs[o]["ms"])
     return Plan(best, costs[best]["flops"], costs[best]["bytes"], costs, kind, chunk)
