@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import scipy.linalg
 import torch
@@ -166,7 +168,7 @@ class Toeplitz(StructuredMatrix):
     def _matmat(self, X: torch.Tensor) -> torch.Tensor:
         return toeplitz_matmat(self.c, self.r, X)
 
-    def matmat_fn(self):
+    def matmat_fn(self) -> Callable[[torch.Tensor], torch.Tensor]:
         """``X -> M @ X`` with the circulant spectrum computed once (per operand dtype)."""
         spectra = {}
 

@@ -67,6 +67,41 @@ def time_tile(device, T: int, per_step: int) -> int:
     return max(1, min(T, TILE_ELEMENTS // max(1, per_step)))
 
 
+def streamed_sizes(device, Bsz: int, H: int, T: int, N: int, P: int, n_state: int) -> tuple[int, int]:
+    """``(n_slice, tile)`` of the time-blocked linear order for one ``n_state``-state part: key
+    features per pass (blocks of at least 256 steps where the budget allows) and steps per block."""
+    per_step = Bsz * H * P * n_state  # the (B, H, t, n_state, n P) states
+    n_slice = max(1, min(N, TILE_ELEMENTS // (per_step * min(T, 256))))
+    return n_slice, time_tile(device, T, per_step * n_slice)
+
+
+def chunked_tile(device, Bsz: int, H: int, T: int, N: int, P: int, chunk: int) -> int:
+    """Steps per time block of the chunked order (a multiple of ``chunk``)."""
+    return max(chunk, time_tile(device, T, Bsz * H * max(chunk, N * P // chunk, N, P)) // chunk * chunk)
+
+
+def _blocks(T: int, tile: int, reverse: bool):
+    """``(steps, src, take)`` per time block: ``steps`` in the (possibly reversed) time of the
+    recurrence, ``src`` the same steps in the inputs' time, ``take`` cuts an input ``(B, T, ...)``
+    to the block in the recurrence's order."""
+    for t0 in range(0, T, tile):
+        steps = slice(t0, min(T, t0 + tile))
+        src = slice(T - steps.stop, T - steps.start) if reverse else steps
+        yield steps, src, (lambda t, src=src: torch.flip(t[:, src], (1,))) if reverse else (lambda t, src=src: t[:, src])
+
+
+def _out_dtype(q, k, v, mask: StructuredMatrix) -> torch.dtype:
+    return torch.promote_types(torch.promote_types(q.dtype, k.dtype), torch.promote_types(v.dtype, mask.dtype))
+
+
+def _add_diagonal(out: torch.Tensor, diag: torch.Tensor, mask: StructuredMatrix, q, k, v, weight: float) -> torch.Tensor:
+    """``out[b, t, h] += weight * diag[t] (q_t . k_t) v_t`` in place, ``diag`` a diagonal of ``mask``."""
+    Bsz, T, H, _ = q.shape
+    d = diag.expand(*mask.batch_shape, T).reshape(*mask_to_bh(mask, Bsz, H), T)
+    d = d.expand(Bsz, H, T).transpose(1, 2)[..., None].to(out.dtype)
+    return out.addcmul_(weight * d * (q * k).sum(-1, keepdim=True).to(out.dtype), v.to(out.dtype))
+
+
 def quadratic(q, k, v, mask: StructuredMatrix, scale: float) -> torch.Tensor:
     L = mask.to_dense()
     L = L.reshape(*mask_to_bh(mask, q.shape[0], q.shape[2]), *L.shape[-2:])
@@ -125,26 +160,20 @@ def _linear_streamed(q, k, v, mask, parts, scale: float) -> torch.Tensor:
 
     Bsz, T, H, N = q.shape
     P = v.shape[-1]
-    dtype = torch.promote_types(torch.promote_types(q.dtype, k.dtype), torch.promote_types(v.dtype, mask.dtype))
+    dtype = _out_dtype(q, k, v, mask)
     out = torch.zeros(Bsz, T, H, P, dtype=dtype, device=v.device)
     for params, reverse in parts:
-        per_step = Bsz * H * P * params[1].shape[-1]  # the (B, H, t, n_state, n P) states
-        n_slice = max(1, min(N, TILE_ELEMENTS // (per_step * min(T, 256))))
-        tile = time_tile(q.device, T, per_step * n_slice)
+        n_slice, tile = streamed_sizes(q.device, Bsz, H, T, N, P, params[1].shape[-1])
         for n0 in range(0, N, n_slice):
             h = None
-            for t0 in range(0, T, tile):
-                sl = slice(t0, min(T, t0 + tile))  # in the part's time
-                src = slice(T - sl.stop, T - sl.start) if reverse else sl  # the same steps in the inputs' time
-                take = (lambda t: torch.flip(t[:, src], (1,))) if reverse else (lambda t: t[:, src])  # noqa: E731
+            for steps, src, take in _blocks(T, tile, reverse):
                 kn, qn = take(k[..., n0 : n0 + n_slice]), take(q[..., n0 : n0 + n_slice])
                 Z = (kn[..., :, None] * take(v)[..., None, :]).permute(0, 2, 1, 3, 4)  # (B, H, t, n, P)
-                Y, h = lower_matmat_carry(*time_slice(*params, sl), Z.reshape(Bsz, H, Z.shape[2], -1).to(dtype), h)
+                Y, h = lower_matmat_carry(*time_slice(*params, steps), Z.reshape(*Z.shape[:3], -1).to(dtype), h)
                 part = torch.einsum("bhtn,bhtnp->bthp", qn.permute(0, 2, 1, 3).to(dtype), Y.reshape(Z.shape))
                 out[:, src] += torch.flip(part, (1,)) if reverse else part
     if isinstance(mask, Quasiseparable):
-        d = mask.diag.reshape(*mask_to_bh(mask, Bsz, H), T).expand(Bsz, H, T).transpose(1, 2)[..., None]
-        out.addcmul_(d.to(dtype) * (q * k).sum(-1, keepdim=True).to(dtype), v.to(dtype))
+        _add_diagonal(out, mask.diag, mask, q, k, v, 1.0)
     return out * scale
 
 
@@ -190,8 +219,7 @@ def chunked(q, k, v, mask: StructuredMatrix, scale: float, chunk: int) -> torch.
     if terms is None:
         raise ValueError(f"the chunked order does not apply to {type(mask).__name__} with these transitions")
     Bsz, T, H, _ = q.shape
-    dtype = torch.promote_types(torch.promote_types(q.dtype, k.dtype), torch.promote_types(v.dtype, mask.dtype))
-    out = torch.zeros(Bsz, T, H, v.shape[-1], dtype=dtype, device=v.device)
+    out = torch.zeros(Bsz, T, H, v.shape[-1], dtype=_out_dtype(q, k, v, mask), device=v.device)
     for term in terms:
         if isinstance(term, OneSS):
             _chunked_one(q, k, v, term, scale, chunk, out)
@@ -199,9 +227,7 @@ def chunked(q, k, v, mask: StructuredMatrix, scale: float, chunk: int) -> torch.
             out += _chunked_sss(q, k, v, term, scale, chunk)
     if len(terms) == 1 and terms[0] is mask:
         return out
-    corr = _diagonal_correction(mask, terms)  # (*mask_batch, T)
-    corr = corr.reshape(*mask_to_bh(mask, Bsz, H), T).expand(Bsz, H, T).transpose(1, 2)  # (B, T, H)
-    return out.addcmul_(scale * corr[..., None].to(dtype) * (q * k).sum(-1, keepdim=True).to(dtype), v.to(dtype))
+    return _add_diagonal(out, _diagonal_correction(mask, terms), mask, q, k, v, scale)
 
 
 def _chunked_one(q, k, v, mask: OneSS, scale: float, chunk: int, out: torch.Tensor) -> None:
@@ -219,13 +245,10 @@ def _chunked_one(q, k, v, mask: OneSS, scale: float, chunk: int, out: torch.Tens
     b = expand(lower.B[..., 0])[..., None]
     c = expand(lower.C[..., 0])[..., None]
     kernel = _triton_applies(q, dA, b, c)  # one launch over the whole sequence
-    tile = T if kernel else max(chunk, time_tile(q.device, T, Bsz * H * max(chunk, N * P // chunk, N, P)) // chunk * chunk)
+    tile = T if kernel else chunked_tile(q.device, Bsz, H, T, N, P, chunk)
     ones = torch.ones(H, dtype=dA.dtype, device=dA.device)
     state = None
-    for t0 in range(0, T, tile):
-        sl = slice(t0, min(T, t0 + tile))  # in the lower mask's time
-        src = slice(T - sl.stop, T - sl.start) if reverse else sl  # the same steps in the inputs' time
-        take = (lambda t: torch.flip(t[:, src], (1,))) if reverse else (lambda t: t[:, src])  # noqa: E731
+    for sl, src, take in _blocks(T, tile, reverse):
         kb, qc = take(k) * b[:, sl], take(q) * c[:, sl]
         if kernel:
             from structmat.triton.ssd import ssd_triton

@@ -106,7 +106,7 @@ def admissible(mask: StructuredMatrix) -> list[str]:
 def order_features(order: str, mask, Bsz: int, T: int, S: int, H: int, N: int, P: int, elt: int, kind: str,
                    chunk: int) -> tuple[float, float, float]:
     """``(flops, bytes, passes)`` of one order as :mod:`structmat.sma.orders` runs it on ``kind``."""
-    from structmat.sma.orders import TILE_ELEMENTS, chunk_terms, linear_slices, state_parts, time_tile
+    from structmat.sma.orders import chunk_terms, chunked_tile, linear_slices, state_parts, streamed_sizes
 
     BH = Bsz * H
     if order == "quadratic":
@@ -122,9 +122,7 @@ def order_features(order: str, mask, Bsz: int, T: int, S: int, H: int, N: int, P
             extra, passes = 0, 0
             for params, _ in state_parts(mask):
                 n_state = params[1].shape[-1]
-                per_step = BH * P * n_state
-                n_slice = max(1, min(N, TILE_ELEMENTS // (per_step * min(T, 256))))
-                tile = time_tile("cpu", T, per_step * n_slice)
+                n_slice, tile = streamed_sizes("cpu", Bsz, H, T, N, P, n_state)
                 extra += 4 * BH * T * n_state * N * P * elt
                 passes += -(-N // n_slice) * -(-T // tile) * (1 + int(math.log(max(tile, 2), 32)))
             return flops, extra, passes
@@ -137,7 +135,7 @@ def order_features(order: str, mask, Bsz: int, T: int, S: int, H: int, N: int, P
         term_orders = [t.order for t in chunk_terms(mask)]
         flops = sum(2 * BH * T * L * (N + P) + 4 * BH * T * n * N * P for n in term_orders)
         extra = sum(BH * (T // L + 1) * n * N * P * elt + 4 * BH * T * L * elt for n in term_orders)
-        tiles = -(-T // max(L, time_tile(kind, T, BH * max(L, N * P // L, N, P)))) if kind == "cpu" else 1
+        tiles = -(-T // chunked_tile(kind, Bsz, H, T, N, P, L)) if kind == "cpu" else 1
         return flops, extra, len(term_orders) * tiles
     r = mask.order
     return r * (2 * BH * S * N * P + 2 * BH * T * N * P), BH * r * N * P * elt, 1
