@@ -7,6 +7,7 @@ import math
 import torch
 
 from structmat.base import SingularMatrixError, StructuredMatrix, as_tensor, check_finite
+from structmat.spectral import circular_apply
 
 __all__ = ["Fourier", "DFT"]
 
@@ -88,11 +89,9 @@ class Fourier(StructuredMatrix):
 
     def _matmat(self, X: torch.Tensor) -> torch.Tensor:
         T = self.shape[-1]
-        Xt = X.transpose(-1, -2)
-        if self.real and not X.is_complex():
-            half = self.eigvals[..., : T // 2 + 1]
-            return torch.fft.irfft(torch.fft.rfft(Xt) * half[..., None, :], n=T).transpose(-1, -2)
-        return torch.fft.ifft(torch.fft.fft(Xt) * self.eigvals[..., None, :]).transpose(-1, -2)
+        real = self.real and not X.is_complex()
+        spectrum = self.eigvals[..., : T // 2 + 1] if real else self.eigvals
+        return circular_apply(X.transpose(-1, -2), spectrum, T, not real).transpose(-1, -2)
 
     def _map(self, fn) -> Fourier:
         probe = fn(torch.zeros((), dtype=self.dtype, device=self.device))

@@ -15,19 +15,18 @@ import torch
 
 from structmat.base import SingularMatrixError, StructuredMatrix, as_tensor, check_finite
 from structmat.lazy import Inverse
+from structmat.spectral import circular_apply, fft_length
 
-__all__ = ["Toeplitz", "ToeplitzInverse", "toeplitz_matmat", "circulant_spectrum", "causal_inverse_series"]
+__all__ = [
+    "Toeplitz", "ToeplitzInverse", "toeplitz_matmat", "circulant_spectrum", "causal_inverse_series",
+]
 
 _DIRECT_INVERSE_MAX = 64  # below this the causal inverse is a forward substitution
 
 
-def _fft_len(n: int) -> int:
-    return 1 << (n - 1).bit_length()
-
-
 def _conv(a: torch.Tensor, b: torch.Tensor, n_out: int) -> torch.Tensor:
     """Linear convolution of ``a`` and ``b`` along the last axis, first ``n_out`` terms (FFT)."""
-    n = _fft_len(a.shape[-1] + b.shape[-1] - 1)
+    n = fft_length(a.shape[-1] + b.shape[-1] - 1)
     if a.is_complex() or b.is_complex():
         return torch.fft.ifft(torch.fft.fft(a, n) * torch.fft.fft(b, n), n)[..., :n_out]
     return torch.fft.irfft(torch.fft.rfft(a, n) * torch.fft.rfft(b, n), n)[..., :n_out]
@@ -37,7 +36,7 @@ def circulant_spectrum(c: torch.Tensor, r: torch.Tensor, complex_: bool) -> torc
     """FFT of the first column of the circulant (length a power of two >= ``T + S - 1``) that
     embeds ``T(c, r)``: ``c``, zeros, then ``r[S-1], ..., r[1]``; ``rfft`` unless ``complex_``."""
     T, S = c.shape[-1], r.shape[-1]
-    n = _fft_len(T + S - 1)
+    n = fft_length(T + S - 1)
     col = torch.cat([c, torch.zeros(*c.shape[:-1], n - T - S + 1, dtype=c.dtype, device=c.device),
                      torch.flip(r[..., 1:], (-1,))], dim=-1)
     return torch.fft.fft(col, n) if complex_ else torch.fft.rfft(col, n)
@@ -47,15 +46,10 @@ def toeplitz_matmat(c: torch.Tensor, r: torch.Tensor, X: torch.Tensor, spectrum:
     """``T(c, r) @ X`` for ``c (*, T)``, ``r (*, S)``, ``X (*, S, K)`` by one circulant FFT product
     (``spectrum``: :func:`circulant_spectrum`, if already computed)."""
     T, S = c.shape[-1], r.shape[-1]
-    n = _fft_len(T + S - 1)
+    n = fft_length(T + S - 1)
     complex_ = c.is_complex() or X.is_complex()
     spectrum = circulant_spectrum(c, r, complex_) if spectrum is None else spectrum
-    Xt = X.transpose(-1, -2)
-    if complex_:
-        prod = torch.fft.ifft(spectrum[..., None, :] * torch.fft.fft(Xt, n), n)
-    else:
-        prod = torch.fft.irfft(spectrum[..., None, :] * torch.fft.rfft(Xt, n), n)
-    return prod[..., :T].transpose(-1, -2)
+    return circular_apply(X.transpose(-1, -2), spectrum, n, complex_)[..., :T].transpose(-1, -2)
 
 
 def causal_inverse_series(c: torch.Tensor) -> torch.Tensor:

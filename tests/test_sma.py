@@ -54,12 +54,13 @@ def test_every_order_equals_quadratic(T, heads, B, seed):
         assert torch.allclose(sm.sma(q, k, v, M), ref, atol=1e-10, rtol=1e-9)
 
 
-@pytest.mark.parametrize("budget", [1, 40, 300])
+@pytest.mark.parametrize("budget", [1, 40, 300, 512])
 def test_time_blocks_and_column_slices_equal_quadratic(monkeypatch, budget):
     """The CPU paths over time blocks (carried states) and column slices, forced small."""
     from structmat.sma import orders
 
     monkeypatch.setattr(orders, "TILE_ELEMENTS", budget)
+    monkeypatch.setattr(orders, "MIN_COLUMNS", 1)
     T, H, B = 21, 2, 2
     q, k, v = qkv(B, T, H, 1, 3, 2, seed=budget)
     for name, M in masks(T, H, B, budget).items():
@@ -72,6 +73,24 @@ def test_time_blocks_and_column_slices_equal_quadratic(monkeypatch, budget):
     for order in ("linear", "chunked"):
         f = lambda q, k, v, a: sm.sma(q, k, v, sm.OneSS.from_decays(a).T, order=order, chunk=2)  # noqa: E731
         assert torch.autograd.gradcheck(f, (q, k, v, a)), order
+
+
+@pytest.mark.parametrize("budget", [1, 128])  # one column per pass; two key features per pass
+def test_linear_order_in_both_layouts(monkeypatch, budget):
+    """The sliced linear order, time-last (FFT masks) and time-first (scans on a GPU), on every mask."""
+    from structmat.sma import orders
+    from structmat.sma.engine import expand_heads
+
+    monkeypatch.setattr(orders, "TILE_ELEMENTS", budget)
+    monkeypatch.setattr(orders, "MIN_COLUMNS", 1)
+    T, H, B = 13, 2, 2
+    q, k, v = expand_heads(*qkv(B, T, H, 1, 3, 2, seed=budget))
+    for name, M in masks(T, H, B, budget).items():
+        ref = sm.sma(q, k, v, M, order="quadratic", scale=0.5)
+        M = orders._reshape_mask(M, orders.mask_to_bh(M, B, H))
+        for time_last in (True, False):
+            got = orders._linear_sliced(q, k, v, M, 0.5, time_last)
+            assert torch.allclose(got, ref, atol=1e-10, rtol=1e-9), (name, time_last)
 
 
 def test_rectangular_masks_and_grouped_queries():

@@ -45,13 +45,32 @@ def mask_to_bh(mask: StructuredMatrix, B: int, H: int) -> tuple[int, ...]:
 TILE_ELEMENTS = 2**19
 
 
-def linear_slices(S: int, H: int, P: int, B: int, N: int, device) -> tuple[int, int]:
-    """``(n, p)``: how many key features and value columns one pass of the linear order takes, so
-    that its ``(B, H, S, n, p)`` tensor stays under ``2^26`` elements on a GPU (whose launches
-    cost more) and :data:`TILE_ELEMENTS` on the CPU (cache-sized passes)."""
-    budget = 2**26 if torch.device(device).type == "cuda" else TILE_ELEMENTS
-    cols = max(1, budget // max(1, B * H * S))
+#: Fewest columns one mask product of the CPU linear order takes: an FFT call on fewer loses up to
+#: 2x per element to its fixed costs (``benchmarks/NOTES_sma.md``).
+MIN_COLUMNS = 16
+
+
+def linear_slices(length: int, B: int, H: int, N: int, P: int, device) -> tuple[int, int]:
+    """``(n, p)``: how many key features and value columns one pass of the linear order takes.
+
+    ``length`` is how many elements per column the mask's product works on
+    (:func:`matvec_length`). A pass's ``B H n p`` columns stay under ``2^26`` elements on a GPU
+    (whose launches cost more) and ``2 TILE_ELEMENTS`` on the CPU (cache-sized passes), but take at
+    least :data:`MIN_COLUMNS` columns.
+    """
+    budget = 2**26 if torch.device(device).type == "cuda" else 2 * TILE_ELEMENTS
+    cols = max(1, budget // max(1, B * H * length), -(-MIN_COLUMNS // (B * H)))
     return (max(1, min(N, cols // P)), P) if cols >= P else (1, cols)
+
+
+def matvec_length(mask: StructuredMatrix) -> int:
+    """Elements per column that ``mask @ X`` works on: the circulant length of a Toeplitz FFT
+    product (a power of two ``>= T + S - 1``), else the longer side."""
+    from structmat.spectral import fft_length
+    from structmat.toeplitz import Toeplitz
+
+    T, S = mask.shape[-2:]
+    return fft_length(T + S - 1) if isinstance(mask, Toeplitz) else max(T, S)
 
 
 def time_tile(device, T: int, per_step: int) -> int:
@@ -111,30 +130,43 @@ def quadratic(q, k, v, mask: StructuredMatrix, scale: float) -> torch.Tensor:
 
 
 def linear(q, k, v, mask: StructuredMatrix, scale: float) -> torch.Tensor:
-    Bsz, S, H, N = k.shape
-    T, P = q.shape[1], v.shape[-1]
+    Bsz, H = k.shape[0], k.shape[2]
     bh = mask_to_bh(mask, Bsz, H)
     M = mask if mask.batch_shape == torch.Size(bh) else _reshape_mask(mask, bh)
     parts = state_parts(M)
     if parts is not None and q.device.type == "cpu":
         return _linear_streamed(q, k, v, M, parts, scale)
-    n_slice, p_slice = linear_slices(max(S, T), H, P, Bsz, N, q.device)
+    # FFT products read whole time rows: time last; a scan reads every column of one step together
+    return _linear_sliced(q, k, v, M, scale, time_last=parts is None)
+
+
+def _linear_sliced(q, k, v, M: StructuredMatrix, scale: float, time_last: bool) -> torch.Tensor:
+    """The linear order over slices of the key features and value columns, in a time-last or
+    time-first layout (``M`` with batch ``(B|1, H|1)``)."""
+    Bsz, S, H, N = k.shape
+    T, P = q.shape[1], v.shape[-1]
+    n_slice, p_slice = linear_slices(matvec_length(M), Bsz, H, N, P, q.device)
     apply = M.matmat_fn()
-    # time last throughout: the mask's FFTs and scans then read and write contiguous rows
-    qt, kt, vt = q.permute(0, 2, 3, 1), k.permute(0, 2, 3, 1), v.permute(0, 2, 3, 1)  # (B, H, N|P, T|S)
+    f = 2 if time_last else 3  # the feature axis of (B, H, N|P, T|S) or (B, H, T|S, N|P)
+    qf, kf, vf = ((t.permute(0, 2, 3, 1) if time_last else t.permute(0, 2, 1, 3)).contiguous() for t in (q, k, v))
     out = None
     for p0 in range(0, P, p_slice):
-        vp = vt[:, :, None, p0 : p0 + p_slice]  # (B, H, 1, p, S)
+        vp = vf.narrow(f, p0, min(p_slice, P - p0)).unsqueeze(f)
         for n0 in range(0, N, n_slice):
-            Zt = kt[:, :, n0 : n0 + n_slice, None] * vp  # (B, H, n, p, S)
-            n, p = Zt.shape[2:4]
-            MZ = apply(Zt.reshape(Bsz, H, n * p, S).transpose(-1, -2))  # (B, H, T, n p)
-            MZt = MZ.transpose(-1, -2).reshape(Bsz, H, n, p, T)
-            part = (qt[:, :, n0 : n0 + n_slice, None].to(MZt.dtype) * MZt).sum(2)  # (B, H, p, T)
+            n = min(n_slice, N - n0)
+            Z = (kf.narrow(f, n0, n).unsqueeze(f + 1) * vp).flatten(f, f + 1)  # n p columns of length S
+            MZ = apply(Z.transpose(-1, -2)).transpose(-1, -2) if time_last else apply(Z)
+            MZ = MZ.unflatten(f, (n, -1))  # (B, H, n, p, T) or (B, H, T, n, p)
+            qn = qf.narrow(f, n0, n).unsqueeze(f + 1)
             if out is None:
-                out = torch.zeros(Bsz, H, P, T, dtype=part.dtype, device=part.device)
-            out[:, :, p0 : p0 + p_slice] += part
-    return out.permute(0, 3, 1, 2) * scale
+                shape = (Bsz, H, P, T) if time_last else (Bsz, H, T, P)
+                out = torch.zeros(shape, dtype=torch.promote_types(qn.dtype, MZ.dtype), device=q.device)
+            target = out.narrow(f, p0, MZ.shape[f + 1])
+            if n == 1:  # one fused pass, no temporary
+                target.addcmul_(qn.select(f, 0), MZ.select(f, 0))
+            else:
+                target += (qn * MZ).sum(f)
+    return (out.permute(0, 3, 1, 2) if time_last else out.transpose(1, 2)) * scale
 
 
 def state_parts(mask: StructuredMatrix):

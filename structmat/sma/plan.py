@@ -31,8 +31,8 @@ __all__ = ["Plan", "sma_plan", "mask_matvec_flops", "ORDERS"]
 ORDERS = ("quadratic", "linear", "chunked", "lowrank")
 #: ``(ms per flop, ms per byte, ms per pass)`` per device kind and order.
 COEFFICIENTS = {
-    "cpu": {"quadratic": (6.72e-9, 2.39e-7, 0.276), "linear": (1.38e-8, 2.32e-8, 0.481),
-            "chunked": (1.24e-8, 3.43e-7, 0.586), "lowrank": (2e-8, 1e-7, 0.2)},
+    "cpu": {"quadratic": (5.57e-9, 1.9e-7, 0.283), "linear": (5.4e-9, 3.11e-8, 0.424),
+            "chunked": (1.28e-8, 2.96e-7, 0.595), "lowrank": (2e-8, 1e-7, 0.2)},
     "cuda": {"quadratic": (1 / 3e11, 1 / 1.5e9, 0.3), "linear": (1 / 3e11, 1 / 1.5e9, 1.0),
              "chunked": (1 / 3e11, 1 / 1.5e9, 0.8), "lowrank": (1 / 3e11, 1 / 1.5e9, 0.1)},
 }
@@ -106,7 +106,14 @@ def admissible(mask: StructuredMatrix) -> list[str]:
 def order_features(order: str, mask, Bsz: int, T: int, S: int, H: int, N: int, P: int, elt: int, kind: str,
                    chunk: int) -> tuple[float, float, float]:
     """``(flops, bytes, passes)`` of one order as :mod:`structmat.sma.orders` runs it on ``kind``."""
-    from structmat.sma.orders import chunk_terms, chunked_tile, linear_slices, state_parts, streamed_sizes
+    from structmat.sma.orders import (
+        chunk_terms,
+        chunked_tile,
+        linear_slices,
+        matvec_length,
+        state_parts,
+        streamed_sizes,
+    )
 
     BH = Bsz * H
     if order == "quadratic":
@@ -126,7 +133,7 @@ def order_features(order: str, mask, Bsz: int, T: int, S: int, H: int, N: int, P
                 extra += 4 * BH * T * n_state * N * P * elt
                 passes += -(-N // n_slice) * -(-T // tile) * (1 + int(math.log(max(tile, 2), 32)))
             return flops, extra, passes
-        n_slice, p_slice = linear_slices(max(S, T), H, P, Bsz, N, kind)
+        n_slice, p_slice = linear_slices(matvec_length(mask), Bsz, H, N, P, kind)
         slices = -(-N // n_slice) * -(-P // p_slice)
         extra = (2 if kind == "cpu" else 6) * BH * max(S, T) * N * P * elt  # Z and its passes
         return flops, extra, slices * ((1 + int(math.log(max(T, 2), 32))) if scan else 1)
