@@ -88,6 +88,16 @@ def test_toeplitz_gradcheck():
     assert torch.autograd.gradcheck(lambda c: sm.Toeplitz.causal(c + 3 * torch.eye(9, dtype=F64)[0]).inv() @ y, (c,))
 
 
+def test_fft_products_broadcast_both_ways():
+    """The spectrum product is in place when the operand's batch covers the mask's, else not."""
+    c, r = rand(3, 6, seed=1), rand(3, 5, seed=2)
+    for M in (sm.Toeplitz(c, r), sm.Fourier.from_kernel(rand(3, 5, seed=5))):  # both (3, *, 5)
+        for x in (rand(5, 2, seed=3), rand(4, 3, 5, 2, seed=4)):  # out of place, in place
+            before = x.clone()
+            close(M @ x, M.to_dense() @ x)
+            assert torch.equal(x, before)
+
+
 def test_decay_toeplitz_equals_oness_decay():
     T, g = 50, 0.9
     L = sm.Toeplitz.causal(torch.tensor(g, dtype=F64) ** torch.arange(T, dtype=F64))
