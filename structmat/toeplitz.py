@@ -17,9 +17,7 @@ from structmat.base import SingularMatrixError, StructuredMatrix, as_tensor, che
 from structmat.lazy import Inverse
 from structmat.spectral import circular_apply, fft_length
 
-__all__ = [
-    "Toeplitz", "ToeplitzInverse", "toeplitz_matmat", "circulant_spectrum", "causal_inverse_series",
-]
+__all__ = ["Toeplitz", "ToeplitzInverse", "toeplitz_matmat", "circulant_spectrum", "causal_inverse_series"]
 
 _DIRECT_INVERSE_MAX = 64  # below this the causal inverse is a forward substitution
 

@@ -45,7 +45,7 @@ def mask_to_bh(mask: StructuredMatrix, B: int, H: int) -> tuple[int, ...]:
 TILE_ELEMENTS = 2**19
 
 
-#: Fewest columns one mask product of the CPU linear order takes: an FFT call on fewer loses up to
+#: Fewest columns one mask product of the linear order takes: a CPU FFT call on fewer loses up to
 #: 2x per element to its fixed costs (``benchmarks/NOTES_sma.md``).
 MIN_COLUMNS = 16
 
