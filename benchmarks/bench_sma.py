@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _report import table, write  # noqa: E402
 
 import structmat as sm  # noqa: E402
-from structmat.sma.plan import admissible  # noqa: E402
+from structmat.attention import admissible  # noqa: E402
 
 QUADRATIC_MAX_T = 8192  # beyond this the T x S scores do not fit the 24 GiB CPU machine comfortably
 

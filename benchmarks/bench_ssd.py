@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _report import table, write  # noqa: E402
 
 import structmat as sm  # noqa: E402
-from structmat.ssd.chunked import ssd_chunked  # noqa: E402
+from structmat.kernels.decay_torch import decay_chunked_torch  # noqa: E402
 
 
 def load_peers() -> dict:
@@ -95,7 +95,7 @@ def rel_err(a, ref):
 
 def correctness(peers, batch=2, T=2048, H=8, P=64, N=128) -> dict:
     x, dt, A, B, C = make_inputs(batch, T, H, P, N, seed=7)
-    ref, _, _ = ssd_chunked(x.double(), dt.double(), A.double(), B.double(), C.double(), 64)
+    ref, _ = decay_chunked_torch(x.double(), dt.double() * A.double(), B.double(), C.double(), scale=dt.double(), chunk_size=64)
     errs = {}
     for name, fn in calls(peers, x, dt, A, B, C).items():
         out = fn()
@@ -106,7 +106,8 @@ def correctness(peers, batch=2, T=2048, H=8, P=64, N=128) -> dict:
     sm.ssd(xg, dtg, Ag, Bg, Cg, chunk_size=256).backward(gy)
     ours = [t.grad.clone() for t in (xg, dtg, Ag, Bg, Cg)]
     refs = [t.detach().double().requires_grad_() for t in (xg, dtg, Ag, Bg, Cg)]
-    ssd_chunked(*refs, 64)[0].backward(gy.double())
+    xr, dtr, Ar, Br, Cr = refs
+    decay_chunked_torch(xr, dtr * Ar, Br, Cr, scale=dtr, chunk_size=64)[0].backward(gy.double())
     grad_errs = {n: rel_err(o, r.grad) for n, o, r in zip(["dx", "ddt", "dA", "dB", "dC"], ours, refs)}
     if "mamba_ssm" in peers:
         for t in (xg, dtg, Ag, Bg, Cg):

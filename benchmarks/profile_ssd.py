@@ -15,9 +15,8 @@ import triton.testing
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).parent))
 
-from bench_ssd import make_inputs  # noqa: E402
-
 import structmat.triton.ssd as tssd  # noqa: E402
+from bench_ssd import make_inputs  # noqa: E402
 
 
 def stages(x, dt, A, B, C, chunk=256):

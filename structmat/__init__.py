@@ -1,8 +1,9 @@
 """structmat: structured matrices as a first-class tool for sequence models.
 
-Structured masks (semiseparable, 1-semiseparable, low-rank, ...) with fast matvecs and a closed
-algebra (``+``, ``@``, ``inv``, ``.T``) computed in structured form, never by materialising
-``T x T``.
+Structured masks (semiseparable, 1-semiseparable, Toeplitz, Fourier, low-rank, ...) with fast
+matvecs and a closed algebra (``+``, ``@``, ``inv``, ``.T``, ``hadamard``) computed in structured
+form, never by materialising ``T x T``; structured masked attention on top, and the Mamba-2 SSD
+layer as its 1-SS case.
 
 >>> import torch, structmat as sm
 >>> M = sm.OneSS.from_decays(torch.rand(6, dtype=torch.float64))
@@ -13,24 +14,39 @@ SSS(shape=(6, 6), order=2, dtype=float64)
 True
 """
 
-from structmat import sma
-from structmat.base import SingularMatrixError, StructuredMatrix
-from structmat.bidiagonal import Bidiagonal
-from structmat.dense import Dense
-from structmat.diagonal import Diagonal
-from structmat.fourier import DFT, Fourier
-from structmat.lazy import Inverse, Product, Sum, Transpose
-from structmat.linop import aslinearoperator
-from structmat.lowrank import LowRank
-from structmat.one_ss import OneSS
-from structmat.quasiseparable import Quasiseparable
-from structmat.rank import semiseparable_rank
-from structmat.sma import sma_plan
-from structmat.ssd import ssd
-from structmat.sss import SSS
-from structmat.toeplitz import Toeplitz, ToeplitzInverse
+from structmat import algebra as _algebra  # noqa: F401  (registers the closure rules)
+from structmat.algebra.rank import semiseparable_rank
+from structmat.attention import SMADecoder, Tuning, sma, sma_plan
+from structmat.core import (
+    Inverse,
+    Product,
+    Rule,
+    SingularMatrixError,
+    StructuredMatrix,
+    Sum,
+    Transitions,
+    Transpose,
+    register,
+    rules,
+    skip_finite_checks,
+)
+from structmat.interop.scipy import aslinearoperator
+from structmat.matrices import (
+    DFT,
+    SSS,
+    Bidiagonal,
+    Dense,
+    Diagonal,
+    Fourier,
+    LowRank,
+    OneSS,
+    Quasiseparable,
+    Toeplitz,
+    ToeplitzInverse,
+)
+from structmat.ssd import ssd, ssd_step
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "StructuredMatrix",
@@ -50,9 +66,17 @@ __all__ = [
     "Product",
     "Inverse",
     "Transpose",
+    "Transitions",
+    "Rule",
+    "register",
+    "rules",
+    "skip_finite_checks",
     "aslinearoperator",
     "semiseparable_rank",
-    "ssd",
     "sma",
     "sma_plan",
+    "SMADecoder",
+    "Tuning",
+    "ssd",
+    "ssd_step",
 ]

@@ -1,4 +1,4 @@
-"""Hypothesis strategies for structured matrices, and ``assert_matches_dense``.
+"""Hypothesis strategies for every structured matrix class, and ``assert_matches_dense``.
 
 Users can property-test their own code on the same random structured matrices the project uses::
 
@@ -10,7 +10,8 @@ Users can property-test their own code on the same random structured matrices th
         smt.assert_matches_dense(M)
 
 Decays are drawn to include the edge cases that break naive code: exact zeros, exact ones and
-tiny values (``1e-30``).
+tiny values (``1e-30``). Every strategy takes ``T``, ``batch`` and ``dtype`` so that draws can be
+combined; :func:`matrices_of` maps a class to its strategy.
 """
 
 from __future__ import annotations
@@ -18,25 +19,23 @@ from __future__ import annotations
 import torch
 from hypothesis import strategies as st
 
-from structmat.base import StructuredMatrix
-from structmat.bidiagonal import Bidiagonal
-from structmat.dense import Dense
-from structmat.diagonal import Diagonal
-from structmat.lowrank import LowRank
-from structmat.one_ss import OneSS
-from structmat.sss import SSS
+from structmat.core.base import StructuredMatrix
+from structmat.matrices import (
+    DFT,
+    SSS,
+    Bidiagonal,
+    Dense,
+    Diagonal,
+    Fourier,
+    LowRank,
+    OneSS,
+    Quasiseparable,
+    Toeplitz,
+)
 
 __all__ = [
-    "decays",
-    "one_ss",
-    "sss",
-    "diagonals",
-    "bidiagonals",
-    "lowranks",
-    "denses",
-    "structured_matrices",
-    "assert_matches_dense",
-    "tolerance",
+    "decays", "one_ss", "sss", "diagonals", "bidiagonals", "lowranks", "denses", "toeplitzes", "fouriers", "dfts",
+    "quasiseparables", "matrices_of", "structured_matrices", "assert_matches_dense", "tolerance",
 ]
 
 _EDGE_DECAYS = (0.0, 1.0, 1e-30, 1.0 - 1e-7)
@@ -79,27 +78,31 @@ def decays(draw, shape, *, dtype=torch.float64):
 _batches = st.sampled_from([(), (2,), (2, 1)])
 
 
-@st.composite
-def one_ss(draw, *, T=None, batch=None, dtype=torch.float64, scaled=None):
-    """Random :class:`OneSS` (decays with edge cases; optional ``b``, ``c``; lower or upper)."""
-    T = draw(st.integers(1, 80)) if T is None else T
-    batch = draw(_batches) if batch is None else batch
-    a = draw(decays((*batch, T), dtype=dtype.to_real() if dtype.is_complex else dtype))
-    scaled = draw(st.booleans()) if scaled is None else scaled
-    b = c = None
-    if scaled:
-        b = draw(_tensor((*batch, T), dtype=dtype))
-        c = draw(_tensor((*batch, T), dtype=dtype))
-    M = OneSS.from_decays(a, b=b, c=c)
+def _sizes(draw, T, batch, high):
+    return (draw(st.integers(1, high)) if T is None else T), (draw(_batches) if batch is None else batch)
+
+
+def _oriented(draw, M):
     return M if draw(st.booleans()) else M.T
 
 
 @st.composite
-def sss(draw, *, T=None, N=None, batch=None, dtype=torch.float64, kind=None, explicit_d=None):
+def one_ss(draw, *, T=None, batch=None, dtype=torch.float64, scaled=None):
+    """Random :class:`OneSS` (decays with edge cases; optional ``b``, ``c``; lower or upper)."""
+    T, batch = _sizes(draw, T, batch, 80)
+    a = draw(decays((*batch, T), dtype=dtype.to_real() if dtype.is_complex else dtype))
+    b = c = None
+    if draw(st.booleans()) if scaled is None else scaled:
+        b = draw(_tensor((*batch, T), dtype=dtype))
+        c = draw(_tensor((*batch, T), dtype=dtype))
+    return _oriented(draw, OneSS.from_decays(a, b=b, c=c))
+
+
+@st.composite
+def sss(draw, *, T=None, N=None, batch=None, dtype=torch.float64, kind=None, explicit_d=None, lower=None):
     """Random :class:`SSS` with scalar, diagonal or dense ``A``, optional ``D``, lower or upper."""
-    T = draw(st.integers(1, 70)) if T is None else T
+    T, batch = _sizes(draw, T, batch, 70)
     N = draw(st.integers(1, 4)) if N is None else N
-    batch = draw(_batches) if batch is None else batch
     kind = draw(st.sampled_from(["scalar", "diag", "dense"])) if kind is None else kind
     shape = {"scalar": (*batch, T), "diag": (*batch, T, N), "dense": (*batch, T, N, N)}[kind]
     A = draw(_tensor(shape, dtype=dtype))
@@ -107,51 +110,103 @@ def sss(draw, *, T=None, N=None, batch=None, dtype=torch.float64, kind=None, exp
         A = A / N  # spectral radius below one so that long products stay bounded
     B = draw(_tensor((*batch, T, N), dtype=dtype))
     C = draw(_tensor((*batch, T, N), dtype=dtype))
-    D = None
-    if draw(st.booleans()) if explicit_d is None else explicit_d:
-        D = 2.0 + draw(_tensor((*batch, T), dtype=dtype))
+    D = 2.0 + draw(_tensor((*batch, T), dtype=dtype)) if (draw(st.booleans()) if explicit_d is None else explicit_d) else None
     M = SSS(A, B, C, D)
-    return M if draw(st.booleans()) else M.T
+    if lower is not None:
+        return M if lower else M.T
+    return _oriented(draw, M)
 
 
 @st.composite
 def diagonals(draw, *, T=None, batch=None, dtype=torch.float64):
-    T = draw(st.integers(1, 60)) if T is None else T
-    batch = draw(_batches) if batch is None else batch
+    T, batch = _sizes(draw, T, batch, 60)
     return Diagonal(1.5 + draw(_tensor((*batch, T), dtype=dtype)))
 
 
 @st.composite
 def bidiagonals(draw, *, T=None, batch=None, dtype=torch.float64):
-    T = draw(st.integers(1, 60)) if T is None else T
-    batch = draw(_batches) if batch is None else batch
-    return Bidiagonal(1.5 + draw(_tensor((*batch, T), dtype=dtype)), draw(_tensor((*batch, T - 1), dtype=dtype)))
+    T, batch = _sizes(draw, T, batch, 60)
+    M = Bidiagonal(1.5 + draw(_tensor((*batch, T), dtype=dtype)), draw(_tensor((*batch, T - 1), dtype=dtype)))
+    return _oriented(draw, M)
 
 
 @st.composite
 def lowranks(draw, *, T=None, r=None, batch=None, dtype=torch.float64):
-    T = draw(st.integers(1, 40)) if T is None else T
+    T, batch = _sizes(draw, T, batch, 40)
     r = draw(st.integers(1, 3)) if r is None else r
-    batch = draw(_batches) if batch is None else batch
     return LowRank(draw(_tensor((*batch, T, r), dtype=dtype)), draw(_tensor((*batch, T, r), dtype=dtype)))
 
 
 @st.composite
 def denses(draw, *, T=None, batch=None, dtype=torch.float64):
-    T = draw(st.integers(1, 30)) if T is None else T
-    batch = draw(_batches) if batch is None else batch
+    T, batch = _sizes(draw, T, batch, 30)
     eye = torch.eye(T, dtype=dtype)
     return Dense(3 * eye + draw(_tensor((*batch, T, T), dtype=dtype)) / max(T, 1))
 
 
-def structured_matrices(*, T: int, batch=(), dtype=torch.float64):
-    """Any of the strategies above at a fixed ``T`` (so results can be combined)."""
-    kw = dict(T=T, batch=batch, dtype=dtype)
-    return st.one_of(one_ss(**kw), sss(**kw), diagonals(**kw), bidiagonals(**kw), lowranks(**kw), denses(**kw))
+@st.composite
+def toeplitzes(draw, *, T=None, batch=None, dtype=torch.float64, causal=None):
+    """Random :class:`Toeplitz`, general or causal, with a dominant diagonal (well conditioned)."""
+    T, batch = _sizes(draw, T, batch, 60)
+    c = draw(_tensor((*batch, T), dtype=dtype)) / max(T, 1)
+    c[..., 0] = c[..., 0] + 3.0
+    if draw(st.booleans()) if causal is None else causal:
+        return Toeplitz.causal(c)
+    return Toeplitz(c, draw(_tensor((*batch, T), dtype=dtype)) / max(T, 1))
+
+
+@st.composite
+def fouriers(draw, *, T=None, batch=None, dtype=torch.float64):
+    """Random circulant (:class:`Fourier`) with a dominant diagonal (no eigenvalue near 0)."""
+    T, batch = _sizes(draw, T, batch, 60)
+    c = draw(_tensor((*batch, T), dtype=dtype)) / max(T, 1)
+    c[..., 0] = c[..., 0] + 3.0
+    return Fourier.from_kernel(c)
+
+
+@st.composite
+def dfts(draw, *, T=None, batch=(), dtype=torch.complex128):
+    """A :class:`DFT` mask (forward or inverse, scaled); ``batch`` must be ``()``."""
+    T, _ = _sizes(draw, T, (), 40)
+    complex_dtype = dtype if dtype.is_complex else torch.promote_types(dtype, torch.complex64)
+    return DFT(T, draw(st.booleans()), scale=draw(st.sampled_from([1.0, 0.5, 2.0])) / max(T, 1) ** 0.5,
+               dtype=complex_dtype)
+
+
+@st.composite
+def quasiseparables(draw, *, T=None, batch=None, dtype=torch.float64):
+    """Random :class:`Quasiseparable`: SSS or OneSS parts on both sides, a dominant free diagonal."""
+    T, batch = _sizes(draw, T, batch, 40)
+    part = lambda: st.one_of(one_ss(T=T, batch=batch, dtype=dtype), sss(T=T, batch=batch, dtype=dtype, N=2))  # noqa: E731
+    lo, up = draw(part()), draw(part())
+    lo = lo if lo.lower else lo.T
+    up = up if not up.lower else up.T
+    return Quasiseparable(lo, up, 4.0 + draw(_tensor((*batch, T), dtype=dtype)))
+
+
+_STRATEGIES = {
+    OneSS: one_ss, SSS: sss, Diagonal: diagonals, Bidiagonal: bidiagonals, LowRank: lowranks, Dense: denses,
+    Toeplitz: toeplitzes, Fourier: fouriers, DFT: dfts, Quasiseparable: quasiseparables,
+}
+
+
+def matrices_of(cls: type, *, T: int, batch=(), dtype=torch.float64) -> st.SearchStrategy:
+    """A strategy for matrices of ``cls`` (or of any built-in subclass of it, ``StructuredMatrix`` for all)."""
+    choices = [s for c, s in _STRATEGIES.items() if issubclass(c, cls)]
+    if not choices:
+        raise TypeError(f"no strategy for {cls.__name__}")
+    kw = dict(T=T, batch=batch if cls is not DFT else (), dtype=dtype)
+    return st.one_of(*(s(**kw) for s in choices))
+
+
+def structured_matrices(*, T: int, batch=(), dtype=torch.float64) -> st.SearchStrategy:
+    """Any built-in class at a fixed ``T`` (so results can be combined); no DFT when ``batch`` is set."""
+    classes = [c for c in _STRATEGIES if c is not DFT or batch == ()]
+    return st.one_of(*(matrices_of(c, T=T, batch=batch, dtype=dtype) for c in classes))
 
 
 def assert_matches_dense(M: StructuredMatrix, *, rtol: float | None = None, K: int = 3, seed: int = 0) -> None:
-    """Check that ``M @ X``, ``M @ x`` (1-D), ``X^T @ M`` and ``M.T`` agree with ``M.to_dense()``.
+    """Check that ``M @ X``, ``M @ x`` (1-D), ``M.T @ Y`` and ``M.T.to_dense()`` agree with ``M.to_dense()``.
 
     Errors are relative to the norm of the dense result, with :func:`tolerance` by default.
     """
@@ -168,7 +223,7 @@ def assert_matches_dense(M: StructuredMatrix, *, rtol: float | None = None, K: i
         "M.T.to_dense()": (M.T.to_dense(), dense.transpose(-1, -2)),
     }
     for name, (got, want) in checks.items():
-        err = (got - want).abs().max().item()
-        scale = max(want.abs().max().item(), 1e-30)
+        err = (got - want).abs().max().item() if got.numel() else 0.0
+        scale = max(want.abs().max().item() if want.numel() else 0.0, 1e-30)
         assert err <= rtol * scale + 1e-300, f"{type(M).__name__} {name}: max error {err:.3e} > {rtol:.1e} * {scale:.3e}"
         assert torch.isfinite(got).all(), f"{type(M).__name__} {name}: non-finite entries"

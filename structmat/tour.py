@@ -11,6 +11,8 @@ from collections.abc import Callable
 import torch
 
 import structmat as sm
+from structmat.attention import admissible
+from structmat.kernels.decay_naive import decay_naive
 
 F64 = torch.float64
 
@@ -49,7 +51,7 @@ def _ops(M: sm.StructuredMatrix, other: sm.StructuredMatrix) -> dict[str, tuple[
     }
     if not isinstance(M, sm.LowRank):
         ops["M.inv()"] = (lambda: M.inv(), lambda: torch.linalg.inv(d))
-    if isinstance(M, (sm.SSS, sm.Diagonal, sm.Dense, sm.Toeplitz, sm.Fourier)):
+    if isinstance(M, (sm.SSS, sm.Diagonal, sm.Dense, sm.Toeplitz, sm.Fourier, sm.Bidiagonal)):
         ops["M.hadamard(M2)"] = (lambda: M.hadamard(other), lambda: d * o)
     if isinstance(M, (sm.SSS, sm.Quasiseparable)):
         ops["(M + M).compress()"] = (lambda: (M + M).compress(), lambda: 2 * d)
@@ -84,8 +86,6 @@ def run_tour(T: int = 64, seed: int = 0) -> list[tuple]:
 
 def _sma_rows(mats, T: int, g) -> list[tuple]:
     """Every admissible SMA order against the quadratic form, per mask class."""
-    from structmat.sma.plan import admissible
-
     q, k, v = (torch.randn(2, T, 2, 4, generator=g, dtype=F64) for _ in range(3))
     rows = []
     for name in ("OneSS", "SSS(diag A, N=4)", "Toeplitz.causal", "Fourier", "LowRank(r=2)", "Quasiseparable", "DFT"):
@@ -98,13 +98,11 @@ def _sma_rows(mats, T: int, g) -> list[tuple]:
 
 def _ssd_rows(g) -> list[tuple]:
     """The Mamba-2 SSD layer (torch backend) against the sequential float64 recurrence."""
-    from structmat.ssd.naive import ssd_sequential
-
     b, l, h, p, n = 2, 100, 4, 8, 16
     x, B, C = torch.randn(b, l, h, p, generator=g, dtype=F64), torch.randn(b, l, 1, n, generator=g, dtype=F64), \
         torch.randn(b, l, 1, n, generator=g, dtype=F64)
     dt, A = torch.rand(b, l, h, generator=g, dtype=F64), -torch.rand(h, generator=g, dtype=F64)
-    want = ssd_sequential(x, dt, A, B, C)[0]
+    want = decay_naive(x, dt * A, B, C, scale=dt)[0]
     return [_result_row("ssd (Mamba-2)", "backend torch", lambda: sm.ssd(x, dt, A, B, C, chunk_size=32, backend="torch"),
                         lambda: want)]
 

@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 import torch
-from reference import sequential_one_ss
+from conftest import sequential_one_ss
 
 import structmat as sm
-from structmat.scan import decay_scan
+from structmat.linalg.scan import decay_scan
 
 F64 = torch.float64
 
@@ -101,71 +101,3 @@ def test_gradcheck_closure_results_and_solve():
         return (M1 @ M2) @ y + (M1 + M2) @ y + M1.solve(y) + (M1 @ M2).inv() @ y
 
     assert torch.autograd.gradcheck(f, (A1, B1, C1, A2, B2, C2, y))
-
-
-# --- errors ----------------------------------------------------------------------------------
-
-
-def test_errors_name_the_argument():
-    with pytest.raises(ValueError, match="B and C"):
-        sm.SSS(torch.ones(5), torch.ones(5, 2), torch.ones(4, 2))
-    with pytest.raises(ValueError, match="A must have shape"):
-        sm.SSS(torch.ones(5, 3), torch.ones(5, 2), torch.ones(5, 2))
-    with pytest.raises(ValueError, match="D must have shape"):
-        sm.SSS(torch.ones(5), torch.ones(5, 2), torch.ones(5, 2), D=torch.ones(4))
-    with pytest.raises(ValueError, match="log_a must be finite"):
-        sm.OneSS(torch.tensor([0.0, float("nan")]))
-    with pytest.raises(ValueError, match="log_a must be finite"):
-        sm.OneSS(torch.tensor([0.0, float("inf")]))
-    with pytest.raises(ValueError, match="a must be real and >= 0"):
-        sm.OneSS.from_decays(torch.tensor([0.5, -0.1]))
-    with pytest.raises(ValueError, match="b must have shape"):
-        sm.OneSS(torch.zeros(4), b=torch.ones(3))
-    with pytest.raises(TypeError, match="log_a must be real"):
-        sm.OneSS(torch.zeros(4, dtype=torch.complex64))
-    with pytest.raises(TypeError, match="array-like"):
-        sm.OneSS("abc")
-    M = sm.OneSS.causal(4)
-    with pytest.raises(ValueError, match=r"expected \(\*, 4, K\)"):
-        M @ torch.ones(3, 2)
-    with pytest.raises(ValueError, match=r"expected \(4,\)"):
-        M @ torch.ones(3)
-    with pytest.raises(ValueError, match="cannot add"):
-        M + sm.OneSS.causal(5)
-    with pytest.raises(ValueError, match="cannot multiply"):
-        M @ sm.OneSS.causal(5)
-    with pytest.raises(ValueError, match="sub must have|diag and sub"):
-        sm.Bidiagonal(torch.ones(4), torch.ones(4))
-    with pytest.raises(TypeError, match="no structured path"):
-        sm.semiseparable_rank(M + sm.Dense(torch.ones(4, 4)))
-    with pytest.raises(ValueError, match="X is on meta"):
-        M @ torch.ones(4, device="meta")
-
-
-def test_singular_matrices_raise():
-    with pytest.raises(sm.SingularMatrixError):
-        sm.SSS(torch.ones(3), torch.ones(3, 1), torch.ones(3, 1), D=torch.tensor([1.0, 0.0, 1.0])).inv()
-    with pytest.raises(sm.SingularMatrixError):
-        sm.Diagonal(torch.tensor([1.0, 0.0])).inv()
-    with pytest.raises(sm.SingularMatrixError):
-        sm.OneSS(torch.zeros(3), b=torch.tensor([1.0, 0.0, 1.0])).inv()
-    with pytest.raises(sm.SingularMatrixError):
-        sm.Bidiagonal(torch.tensor([1.0, 0.0]), torch.ones(1)).inv()
-    with pytest.raises(sm.SingularMatrixError):
-        sm.LowRank(torch.ones(3, 1), torch.ones(3, 1)).inv()
-    assert issubclass(sm.SingularMatrixError, ValueError)
-
-
-def test_inputs_never_mutated():
-    g = torch.Generator().manual_seed(5)
-    A, B = torch.rand(40, 2, generator=g), torch.randn(40, 2, generator=g)
-    C, D = torch.randn(40, 2, generator=g), 3 + torch.rand(40, generator=g)
-    nan_first = A.clone()
-    nan_first[0] = 7.0  # A[0] is unused: any finite value must leave the result alone
-    x = torch.randn(40, 3, generator=g)
-    saved = [t.clone() for t in (nan_first, B, C, D, x)]
-    M = sm.SSS(nan_first, B, C, D)
-    for R in (M @ x, (M + M) @ x, (M @ M) @ x, M.inv() @ x, M.solve(x), M.compress() @ x, M.T @ x):
-        assert torch.isfinite(R).all()
-    for before, after in zip(saved, (nan_first, B, C, D, x)):
-        assert torch.equal(before, after)

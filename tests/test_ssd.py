@@ -1,24 +1,22 @@
-"""SSD: every backend against a float64 sequential recurrence, forward and backward.
+"""``ssd`` and ``ssd_step``: mamba_ssm's contract (positional order, returns, packed sequences), every backend
+against a float64 sequential recurrence, forward and backward."""
 
-On a CPU the Triton kernels run under ``TRITON_INTERPRET=1`` (set in the root conftest) on small
-shapes; on a GPU the same tests run the compiled kernels, plus bf16 checks at larger shapes.
-"""
-
+import importlib
 import math
+import sys
+import types
+from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import DEV, F64, rel
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import structmat as sm
-from structmat.ssd.api import process_dt
-from structmat.ssd.chunked import ssd_chunked
-from structmat.ssd.naive import ssd_sequential
-
-DEV = "cuda" if torch.cuda.is_available() else "cpu"
-F64 = torch.float64
+from structmat.kernels.decay_naive import decay_naive
+from structmat.ssd import process_dt
 
 
 def inputs(b, l, h, p, g, n, *, seed=0, dtype=torch.float32, device=DEV):
@@ -34,21 +32,11 @@ def inputs(b, l, h, p, g, n, *, seed=0, dtype=torch.float32, device=DEV):
 
 def reference(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_softplus=False, dt_limit=(0.0, math.inf),
               initial_states=None, seq_idx=None):
-    """Float64 sequential recurrence plus the D and z terms, on the CPU."""
+    """Float64 sequential recurrence with the D and z terms, on the CPU."""
     cpu = lambda t: None if t is None else t.cpu().to(F64)  # noqa: E731
     dtp = process_dt(cpu(dt), cpu(dt_bias), dt_softplus, dt_limit).to(F64)
-    y, final = ssd_sequential(cpu(x), dtp, cpu(A), cpu(B), cpu(C), initial_states=cpu(initial_states),
-                              seq_idx=None if seq_idx is None else seq_idx.cpu())
-    if D is not None:
-        y = y + cpu(x) * (cpu(D) if D.dim() == 2 else cpu(D)[:, None])
-    if z is not None:
-        y = y * F.silu(cpu(z))
-    return y, final
-
-
-def rel(a, b):
-    a, b = a.detach().cpu().to(F64), b.detach().cpu().to(F64)
-    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
+    return decay_naive(cpu(x), dtp * cpu(A), cpu(B), cpu(C), scale=dtp, D=cpu(D), z=cpu(z),
+                       initial_state=cpu(initial_states), seq_idx=None if seq_idx is None else seq_idx.cpu())
 
 
 BACKENDS = ["torch", "triton"]
@@ -65,14 +53,11 @@ def test_forward_matches_sequential(backend, features):
     if features == "seq_idx":
         kw["seq_idx"] = torch.tensor([[0] * 5 + [1] * 20 + [2] * 12, [0] * 37], device=DEV, dtype=torch.int32)
         kw["D"] = t["D"][:, 0]
-    out, final = sm.ssd(t["x"], t["dt"], t["A"], t["B"], t["C"], chunk_size=16, return_final_states=True,
-                        backend=backend, **kw)
+    out, final = sm.ssd(t["x"], t["dt"], t["A"], t["B"], t["C"], 16, return_final_states=True, backend=backend, **kw)
     with torch.no_grad():
         want, want_final = reference(t["x"], t["dt"], t["A"], t["B"], t["C"], **kw)
     assert out.shape == t["x"].shape and out.dtype == t["x"].dtype
-    assert torch.isfinite(out).all()
-    assert rel(out, want) < 1e-5
-    assert rel(final, want_final) < 1e-5
+    assert rel(out, want) < 1e-5 and rel(final, want_final) < 1e-5
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -83,9 +68,9 @@ def test_backward_matches_float64(backend):
     leaves = {k: t[k].clone().requires_grad_() for k in names}
     seq = torch.tensor([[0] * 12 + [1] * 28], device=DEV, dtype=torch.int32)
     kw = dict(dt_softplus=True, seq_idx=seq)
-    out, final = sm.ssd(leaves["x"], leaves["dt"], leaves["A"], leaves["B"], leaves["C"], chunk_size=16,
-                        D=leaves["D"], z=leaves["z"], dt_bias=leaves["dt_bias"],
-                        initial_states=leaves["initial_states"], return_final_states=True, backend=backend, **kw)
+    out, final = sm.ssd(leaves["x"], leaves["dt"], leaves["A"], leaves["B"], leaves["C"], 16, D=leaves["D"],
+                        z=leaves["z"], dt_bias=leaves["dt_bias"], initial_states=leaves["initial_states"],
+                        return_final_states=True, backend=backend, **kw)
     gen = torch.Generator().manual_seed(3)
     gy, gf = torch.randn(out.shape, generator=gen, dtype=F64), torch.randn(final.shape, generator=gen, dtype=F64)
     torch.autograd.backward([out, final], [gy.to(out), gf.to(final)])
@@ -97,49 +82,61 @@ def test_backward_matches_float64(backend):
         assert rel(leaves[k].grad, refs[k].grad) < 1e-4, k
 
 
-def test_triton_several_blocks_per_chunk(monkeypatch):
-    """Chunks of 64 in blocks of 16: off-diagonal tiles and the straddling d log-decay sums."""
-    import structmat.triton.ssd as tssd
+def test_positional_order_is_mamba_ssm_s():
+    """``ssd(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, dt_softplus,
+    dt_limit, return_final_states, return_varlen_states)``, every argument positional."""
+    t = inputs(1, 30, 4, 3, 2, 5, seed=4, dtype=F64, device="cpu")
+    seq = torch.tensor([[0] * 10 + [1] * 20])
+    cu = torch.tensor([0, 10, 30])
+    args = (t["x"], t["dt"].double(), t["A"].double(), t["B"], t["C"], 8, t["D"].double(), t["z"], t["dt_bias"].double(),
+            t["initial_states"].double(), seq, cu, True, (0.0, 5.0), True, True)
+    out, final, varlen = sm.ssd(*args)
+    kw = dict(D=t["D"], z=t["z"], dt_bias=t["dt_bias"], dt_softplus=True, dt_limit=(0.0, 5.0),
+              initial_states=t["initial_states"], seq_idx=seq)
+    want, want_final = reference(t["x"], t["dt"], t["A"], t["B"], t["C"], **kw)
+    assert rel(out, want) < 1e-12 and rel(final, want_final) < 1e-12
+    assert varlen.shape == (2, 4, 3, 5)
+    for i, (s, e) in enumerate(((0, 10), (10, 30))):
+        init = t["initial_states"] if i == 0 else None
+        _, fin = reference(t["x"][:, s:e], t["dt"][:, s:e], t["A"], t["B"][:, s:e], t["C"][:, s:e], dt_bias=t["dt_bias"],
+                           dt_softplus=True, dt_limit=(0.0, 5.0), initial_states=init)
+        assert rel(varlen[i], fin[0]) < 1e-12
+    assert len(sm.ssd(*args[:15], False)) == 2 and len(sm.ssd(*args[:14], False, True)) == 2
+    assert torch.is_tensor(sm.ssd(*args[:5]))
 
-    monkeypatch.setattr(tssd, "MAX_BLOCK_M", 16)
-    b, l, h, p, g, n = 1, 150, 2, 4, 1, 16
-    t = inputs(b, l, h, p, g, n, seed=11)
-    names = ["x", "dt", "A", "B", "C", "D", "initial_states"]
-    leaves = {k: t[k].clone().requires_grad_() for k in names}
-    seq = torch.tensor([[0] * 70 + [1] * 80], device=DEV, dtype=torch.int32)
-    for seq_idx in (None, seq):
-        for v in leaves.values():
-            v.grad = None
-        out, final = sm.ssd(leaves["x"], leaves["dt"], leaves["A"], leaves["B"], leaves["C"], chunk_size=64,
-                            D=leaves["D"], initial_states=leaves["initial_states"], seq_idx=seq_idx,
-                            dt_softplus=True, return_final_states=True, backend="triton")
-        gen = torch.Generator().manual_seed(12)
-        gy, gf = torch.randn(out.shape, generator=gen, dtype=F64), torch.randn(final.shape, generator=gen, dtype=F64)
-        torch.autograd.backward([out, final], [gy.to(out), gf.to(final)])
-        refs = {k: t[k].detach().cpu().to(F64).requires_grad_() for k in names}
-        want, want_final = reference(refs["x"], refs["dt"], refs["A"], refs["B"], refs["C"], D=refs["D"],
-                                     initial_states=refs["initial_states"], dt_softplus=True, seq_idx=seq_idx)
-        assert rel(out, want) < 1e-5 and rel(final, want_final) < 1e-5
-        torch.autograd.backward([want, want_final], [gy, gf])
-        for k in names:
-            assert rel(leaves[k].grad, refs[k].grad) < 1e-4, k
+
+@pytest.mark.skipif(not (torch.cuda.is_available() and (Path(__file__).parents[1] / "peers/mamba_ssm").is_dir()),
+                    reason="needs a GPU and mamba_ssm's sources in peers/ (the benchmark machine)")
+def test_same_positional_call_as_mamba_ssm_on_the_gpu():
+    pkg = types.ModuleType("mamba_ssm")
+    pkg.__path__ = [str(Path(__file__).parents[1] / "peers/mamba_ssm")]
+    sys.modules.setdefault("mamba_ssm", pkg)
+    peer = importlib.import_module("mamba_ssm.ops.triton.ssd_combined").mamba_chunk_scan_combined
+    t = inputs(1, 300, 8, 16, 2, 32, seed=5)
+    seq = torch.tensor([[0] * 100 + [1] * 200], device="cuda", dtype=torch.int32)
+    cu = torch.tensor([0, 100, 300], device="cuda", dtype=torch.int32)
+    args = (t["x"], t["dt"], t["A"], t["B"], t["C"], 64, t["D"], t["z"], t["dt_bias"], t["initial_states"], seq, cu,
+            True, (0.0, float("inf")), True, True)
+    for ours, theirs in zip(sm.ssd(*args), peer(*args)):
+        assert rel(ours, theirs) < 1e-4
 
 
 def test_torch_backend_gradcheck():
     t = inputs(1, 11, 2, 3, 1, 2, seed=4, dtype=F64, device="cpu")
     args = [t[k].to(F64).requires_grad_() for k in ("x", "dt", "A", "B", "C")]
-    f = lambda x, dt, A, B, C: sm.ssd(x, dt, A, B, C, chunk_size=4, dt_softplus=True, backend="torch")  # noqa: E731
+    f = lambda x, dt, A, B, C: sm.ssd(x, dt, A, B, C, 4, dt_softplus=True, backend="torch")  # noqa: E731
     assert torch.autograd.gradcheck(f, args)
 
 
 @settings(max_examples=8, deadline=None)
 @given(st.integers(1, 70), st.sampled_from([(2, 1), (4, 2), (3, 3)]), st.sampled_from([16, 32]),
-       st.sampled_from([0.0, 1e-30, 1.0]))
-def test_triton_random_shapes(l, hg, chunk, dt_scale):
+       st.sampled_from([0.0, 1e-30, 1.0, 60.0]))
+def test_triton_random_shapes_and_decays(l, hg, chunk, dt_scale):
+    """dt = 0 (no decay, no input), tiny, O(1), and dt A far below -50."""
     h, g = hg
     t = inputs(1, l, h, 5, g, 7, seed=l)
-    dt = t["dt"].abs() * dt_scale  # dt = 0 (no decay, no input), tiny, or O(1)
-    out = sm.ssd(t["x"], dt, t["A"], t["B"], t["C"], chunk_size=chunk, backend="triton")
+    dt = t["dt"].abs() * dt_scale
+    out = sm.ssd(t["x"], dt, t["A"], t["B"], t["C"], chunk, backend="triton")
     want, _ = reference(t["x"], dt, t["A"], t["B"], t["C"])
     assert torch.isfinite(out).all()
     if want.norm() > 0:
@@ -148,105 +145,117 @@ def test_triton_random_shapes(l, hg, chunk, dt_scale):
         assert out.abs().max() == 0
 
 
-def test_triton_writes_every_output_element():
-    """Every kernel output is written: buffers poisoned with NaN come back finite."""
-    from structmat.triton.ssd import run_backward, run_chunk_out, run_states
-
-    b, l, h, p, g, n, chunk = 2, 45, 4, 8, 2, 16, 16
-    t = inputs(b, l, h, p, g, n, seed=5)
-    dt = process_dt(t["dt"], dt_softplus=True)
-    nan = lambda *shape, dtype=torch.float32: torch.full(shape, float("nan"), device=DEV, dtype=dtype)  # noqa: E731
-    n_chunks = -(-l // chunk)
-    for reverse in (False, True):
-        bufs = (nan(b, n_chunks, h, n, p), nan(b, h, p, n), nan(b, h, l))
-        states, final, cs = run_states(t["x"], dt, t["A"], t["B"], None, None, chunk, reverse=reverse, out=bufs)
-        assert all(torch.isfinite(buf).all() for buf in (states, final, cs))
-    states, _, cs = run_states(t["x"], dt, t["A"], t["B"], None, None, chunk)
-    y = run_chunk_out(t["x"], dt, cs, t["B"], t["C"], states, t["D"], t["z"], None, chunk, out=nan(*t["x"].shape))
-    assert torch.isfinite(y).all()
-    rstates, _, _ = run_states(t["z"], dt, t["A"], t["C"], None, None, chunk, reverse=True, write_cs=False)
-    zeros = lambda *shape: torch.zeros(shape, device=DEV)  # noqa: E731  (accumulated atomically)
-    bufs = (nan(*t["x"].shape), zeros(b, l, g, n), zeros(b, l, g, n), nan(b, h, l), zeros(b, h, l))
-    grads = run_backward(t["x"], dt, t["A"], t["B"], t["C"], t["D"], t["z"], states, rstates, cs, None, chunk, out=bufs)
-    assert all(torch.isfinite(buf).all() for buf in grads)
-
-
 def test_ssd_equals_sma_form_with_oness():
     """With dt processed, ssd is sum_s L[t,s] (C_t . B_s) dt_s x_s with L = OneSS(dt A)."""
     t = inputs(1, 20, 2, 3, 1, 4, seed=6, dtype=F64, device="cpu")
     x, dt, A, B, C = (t[k].to(F64) for k in ("x", "dt", "A", "B", "C"))
-    dt = dt.abs()
-    out = sm.ssd(x, dt, A, B, C, chunk_size=8, backend="torch")
-    L = sm.OneSS((dt * A).transpose(1, 2)).to_dense()  # (b, h, T, T)
+    out = sm.ssd(x, dt, A, B, C, 8, backend="torch")
+    mask = sm.OneSS((dt * A).transpose(1, 2))
+    L = mask.to_dense()  # (b, h, T, T)
     scores = torch.einsum("bthn,bshn->bhts", C.expand(-1, -1, 2, -1), B.expand(-1, -1, 2, -1))
-    want = torch.einsum("bhts,bshp->bthp", L * scores, x * dt[..., None])
-    assert rel(out, want) < 1e-12
+    assert rel(out, torch.einsum("bhts,bshp->bthp", L * scores, x * dt[..., None])) < 1e-12
+    assert rel(out, sm.sma(C, B, x * dt[..., None], mask)) < 1e-12
 
 
-def test_cu_seqlens_final_states_per_sequence():
+def test_varlen_states_per_sequence():
     t = inputs(1, 50, 4, 8, 2, 16, seed=7)
     cu = torch.tensor([0, 13, 40, 50], device=DEV)
+    seq = torch.tensor([[0] * 13 + [1] * 27 + [2] * 10], device=DEV, dtype=torch.int32)
     for backend in BACKENDS:
-        out, fin = sm.ssd(t["x"], t["dt"], t["A"], t["B"], t["C"], chunk_size=16, dt_softplus=True, cu_seqlens=cu,
-                          return_final_states=True, backend=backend)
-        assert fin.shape == (3, 4, 8, 16)
+        out, states = sm.ssd(t["x"], t["dt"], t["A"], t["B"], t["C"], 16, seq_idx=seq, cu_seqlens=cu, dt_softplus=True,
+                             return_varlen_states=True, backend=backend)
+        assert states.shape == (3, 4, 8, 16)
         for i, (s, e) in enumerate(zip(cu[:-1].tolist(), cu[1:].tolist())):
             want, want_fin = reference(t["x"][:, s:e], t["dt"][:, s:e], t["A"], t["B"][:, s:e], t["C"][:, s:e],
                                        dt_softplus=True)
-            assert rel(out[:, s:e], want) < 1e-5
-            assert rel(fin[i], want_fin[0]) < 1e-5
+            assert rel(out[:, s:e], want) < 1e-5 and rel(states[i], want_fin[0]) < 1e-5
 
 
-def test_chunked_torch_matches_sequential_long_decays():
+def test_varlen_states_with_growing_decays_and_float64():
+    """A > 0 (the torch backend computes it: no clamp) in float64."""
+    t = inputs(1, 30, 2, 3, 1, 4, seed=8, dtype=F64, device="cpu")
+    A = torch.tensor([0.3, -0.2], dtype=F64)
+    cu, seq = torch.tensor([0, 12, 30]), torch.tensor([[0] * 12 + [1] * 18])
+    _, states = sm.ssd(t["x"], t["dt"].double(), A, t["B"], t["C"], 8, seq_idx=seq, cu_seqlens=cu,
+                       return_varlen_states=True)
+    assert states.dtype == F64
+    for i, (s, e) in enumerate(((0, 12), (12, 30))):
+        _, fin = reference(t["x"][:, s:e], t["dt"][:, s:e], A, t["B"][:, s:e], t["C"][:, s:e])
+        assert rel(states[i], fin[0]) < 1e-12
+
+
+def test_long_strong_and_weak_decays_in_the_torch_backend():
     t = inputs(1, 300, 2, 4, 1, 4, seed=8, dtype=F64, device="cpu")
-    x, B, C = (t[k].to(F64) for k in ("x", "B", "C"))
     dt = torch.full((1, 300, 2), 5.0, dtype=F64)  # strong decay: exp(-10) per step
     A = torch.tensor([-2.0, -1e-7], dtype=F64)  # and an almost-constant one
-    y, fin, _ = ssd_chunked(x, dt, A, B, C, 64)
-    want, want_fin = ssd_sequential(x, dt, A, B, C)
-    assert rel(y, want) < 1e-12 and rel(fin, want_fin) < 1e-12
+    out, fin = sm.ssd(t["x"], dt, A, t["B"], t["C"], 64, return_final_states=True)
+    want, want_fin = reference(t["x"], dt, A, t["B"], t["C"])
+    assert rel(out, want) < 1e-12 and rel(fin, want_fin) < 1e-12
 
 
-def test_errors():
+def test_mixed_dtypes_and_empty_sequences():
+    t = inputs(1, 20, 2, 3, 1, 4, seed=9, device="cpu")
+    for backend in BACKENDS:
+        out = sm.ssd(t["x"], t["dt"], t["A"], t["B"].half(), t["C"].half(), 16, backend=backend)
+        assert out.dtype == torch.float32 and torch.isfinite(out).all()
+    e = inputs(1, 0, 2, 3, 1, 4, device="cpu")
+    out, fin = sm.ssd(e["x"], e["dt"], e["A"], e["B"], e["C"], 16, return_final_states=True)
+    assert out.shape == (1, 0, 2, 3) and fin.shape == (1, 2, 3, 4) and (fin == 0).all()
+
+
+def test_errors_name_the_argument():
     t = inputs(1, 8, 2, 3, 1, 4, device="cpu")
     x, dt, A, B, C = (t[k] for k in ("x", "dt", "A", "B", "C"))
-    with pytest.raises(ValueError, match="dt must have shape"):
-        sm.ssd(x, dt[:, :4], A, B, C)
+    cases = [
+        (dict(dt=dt[:, :4]), "dt must have shape"), (dict(A=A[:1]), "A must have shape"),
+        (dict(B=torch.zeros(1, 8, 3, 4), C=torch.zeros(1, 8, 3, 4)), "multiple of ngroups"),
+        (dict(initial_states=torch.zeros(1, 2, 4, 3)), "initial_states must have shape"),
+        (dict(backend="cuda"), "backend must be one of"), (dict(chunk_size=2.5), "chunk_size must be a positive int"),
+        (dict(dt_limit=(1.0, 0.5)), "dt_limit must be"), (dict(A=torch.tensor([float("nan"), -1.0])), "A must be finite"),
+        (dict(seq_idx=torch.tensor([[0, 0, 1, 1, 0, 0, 1, 1]])), "seq_idx must be non-decreasing"),
+        (dict(cu_seqlens=torch.tensor([0, 4, 9]), return_varlen_states=True), "cu_seqlens must start at 0"),
+        (dict(cu_seqlens=torch.tensor([1, 4, 8]), return_varlen_states=True), "cu_seqlens must start at 0"),
+        (dict(cu_seqlens=torch.tensor([0, 5, 4, 8]), return_varlen_states=True), "not decrease"),
+        (dict(cu_seqlens=torch.tensor([0, 4, 8]), seq_idx=torch.tensor([[0] * 3 + [1] * 5]), return_varlen_states=True),
+         "cu_seqlens and seq_idx disagree"),
+        (dict(return_varlen_states=True), "return_varlen_states needs cu_seqlens"),
+        (dict(A=torch.ones(2), backend="triton"), "dt \\* A <= 0"),
+        (dict(x=x.double(), B=B.double(), C=C.double(), backend="triton"), "float64"),
+    ]
+    for change, message in cases:
+        kw = dict(x=x, dt=dt, A=A, B=B, C=C, chunk_size=16)
+        kw.update(change)
+        with pytest.raises(ValueError, match=message):
+            sm.ssd(kw.pop("x"), kw.pop("dt"), kw.pop("A"), kw.pop("B"), kw.pop("C"), **kw)
+
+
+def test_ssd_step_reproduces_ssd_and_updates_in_place():
+    b, l, h, p, g, n = 2, 12, 4, 3, 2, 5
+    t = inputs(b, l, h, p, g, n, seed=10, dtype=F64, device="cpu")
+    kw = dict(D=t["D"], z=t["z"], dt_bias=t["dt_bias"].double(), dt_softplus=True)
+    out, final = sm.ssd(t["x"], t["dt"].double(), t["A"].double(), t["B"], t["C"], 8,
+                        initial_states=t["initial_states"].double(), return_final_states=True, **kw)
+    state = t["initial_states"].double().clone()
+    expand = lambda v: v[:, None].expand(h, p)  # noqa: E731  (Mamba-2 passes per-head values as broadcast views)
+    A = t["A"].double()[:, None, None].expand(h, p, n)
+    for i in range(l):
+        y = sm.ssd_step(state, t["x"][:, i], t["dt"].double()[:, i, :, None].expand(b, h, p), A, t["B"][:, i], t["C"][:, i],
+                        D=t["D"], z=t["z"][:, i], dt_bias=expand(t["dt_bias"].double()), dt_softplus=True)
+        assert rel(y, out[:, i]) < 1e-12
+    assert rel(state, final) < 1e-12
+    x3 = torch.randn(b, p, dtype=F64)  # the form without heads
+    st3 = torch.zeros(b, p, n, dtype=F64)
+    y3 = sm.ssd_step(st3, x3, torch.ones(b, p, dtype=F64), -torch.ones(p, n, dtype=F64), torch.ones(b, n, dtype=F64),
+                     torch.ones(b, n, dtype=F64))
+    assert y3.shape == (b, p) and rel(st3, x3[..., None].expand(b, p, n)) < 1e-15
     with pytest.raises(ValueError, match="A must have shape"):
-        sm.ssd(x, dt, A[:1], B, C)
-    with pytest.raises(ValueError, match="multiple of ngroups"):
-        sm.ssd(x, dt, A, torch.zeros(1, 8, 3, 4), torch.zeros(1, 8, 3, 4))
-    with pytest.raises(ValueError, match="initial_states must have shape"):
-        sm.ssd(x, dt, A, B, C, initial_states=torch.zeros(1, 2, 4, 3))
-    with pytest.raises(ValueError, match="backend must be one of"):
-        sm.ssd(x, dt, A, B, C, backend="cuda")
+        sm.ssd_step(state, t["x"][:, 0], t["dt"].double()[:, 0, :, None].expand(b, h, p), A[:1], t["B"][:, 0], t["C"][:, 0])
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="bf16 kernel accuracy needs a GPU")
 def test_bf16_gpu_accuracy_against_float64():
     t = inputs(2, 1024, 8, 64, 1, 64, seed=9, dtype=torch.bfloat16)
     dt = F.softplus(t["dt"] - 3)
-    out = sm.ssd(t["x"], dt, t["A"], t["B"], t["C"], chunk_size=256)
+    out = sm.ssd(t["x"], dt, t["A"], t["B"], t["C"], 256)
     want, _ = reference(t["x"], dt, t["A"], t["B"], t["C"])
     assert rel(out, want) < 1e-2
-
-
-def test_sma_oness_kernel_path_matches_quadratic(monkeypatch):
-    """The Triton SSD kernel with log decays as input (what ``sma`` runs for a OneSS mask on CUDA)."""
-    import structmat.sma.orders as orders
-
-    if DEV == "cpu":  # run the kernel path under the interpreter on CPU tensors
-        monkeypatch.setattr(orders, "_triton_applies", lambda q, dA, b, c: bool(torch.isfinite(dA).all()))
-    gen = torch.Generator().manual_seed(13)
-    B, T, H, N, P = 2, 40, 2, 16, 8
-    q, k, v = (torch.randn(B, T, H, d, generator=gen, dtype=F64).to(DEV).float().requires_grad_() for d in (N, N, P))
-    log_a = (-torch.rand(B, H, T, generator=gen, dtype=F64)).to(DEV).float().requires_grad_()
-    mask = sm.OneSS(log_a, c=torch.rand(B, H, T, generator=gen, dtype=F64).to(DEV).float() + 0.5)
-    y = sm.sma(q, k, v, mask, order="chunked", chunk=16)
-    want = sm.sma(q, k, v, mask, order="quadratic")
-    assert rel(y, want) < 1e-5
-    gy = torch.randn(y.shape, generator=gen, dtype=F64).to(y)
-    got = torch.autograd.grad(y, (q, k, v, log_a), gy)
-    ref = torch.autograd.grad(want, (q, k, v, log_a), gy)
-    for g1, g2 in zip(got, ref):
-        assert rel(g1, g2) < 1e-4

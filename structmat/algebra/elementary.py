@@ -1,0 +1,151 @@
+"""Closure rules of the elementary classes: diagonal, dense, low-rank and bidiagonal matrices,
+and the exact inverses that turn 1-SS matrices into bidiagonal ones and back."""
+
+from __future__ import annotations
+
+import torch
+
+from structmat.algebra.semiseparable import sss_add, sss_matmul
+from structmat.core.base import StructuredMatrix
+from structmat.core.lazy import Inverse
+from structmat.core.validation import SingularMatrixError
+from structmat.matrices.bidiagonal import Bidiagonal
+from structmat.matrices.dense import Dense
+from structmat.matrices.diagonal import Diagonal
+from structmat.matrices.lowrank import LowRank
+from structmat.matrices.one_ss import OneSS, safe_log
+from structmat.matrices.sss import SSS
+
+__all__ = [
+    "diagonal_add", "diagonal_matmul", "diagonal_inverse", "diagonal_hadamard", "dense_add", "dense_matmul",
+    "dense_inverse", "dense_hadamard", "lowrank_add", "lowrank_matmul", "matmul_lowrank", "lowrank_inverse",
+    "bidiagonal_add", "diagonal_matmul_bidiagonal", "bidiagonal_matmul_diagonal", "bidiagonal_inverse",
+    "bidiagonal_sss_add", "bidiagonal_sss_matmul", "sss_bidiagonal_matmul", "oness_inverse", "has_diagonal",
+]
+
+
+def diagonal_add(a: Diagonal, b: Diagonal) -> Diagonal:
+    return Diagonal(a.diagonal() + b.diagonal())
+
+
+def diagonal_matmul(a: Diagonal, b: Diagonal) -> Diagonal:
+    return Diagonal(a.diagonal() * b.diagonal())
+
+
+def diagonal_inverse(a: Diagonal) -> Diagonal:
+    if bool((a.diagonal() == 0).any()):
+        raise SingularMatrixError("Diagonal has a zero entry")
+    return Diagonal(1.0 / a.diagonal())
+
+
+def has_diagonal(d: Diagonal, m: StructuredMatrix) -> bool:
+    """The other operand of a Hadamard product with a diagonal has a structured ``diagonal()``."""
+    return type(m).diagonal is not StructuredMatrix.diagonal
+
+
+def diagonal_hadamard(d: Diagonal, m: StructuredMatrix) -> Diagonal:
+    """Only the diagonal survives: ``diag(d * diag(m))``."""
+    return Diagonal(d.diagonal() * m.diagonal())
+
+
+def dense_add(a: Dense, b: StructuredMatrix) -> Dense:
+    """Dense plus a diagonal or dense matrix (both ``O(T S)`` already)."""
+    return Dense(a.to_dense() + b.to_dense())
+
+
+def dense_matmul(a: Dense, b: Dense) -> Dense:
+    return Dense(a.M @ b.M)
+
+
+def dense_inverse(a: Dense) -> Dense:
+    inverse, info = torch.linalg.inv_ex(a.M)
+    if bool((info != 0).any()):
+        raise SingularMatrixError("Dense matrix is singular")
+    return Dense(inverse)
+
+
+def dense_hadamard(a: Dense, m: StructuredMatrix) -> Dense:
+    """Only reached with a Dense operand, which is ``O(T S)`` already: densifying ``m`` costs no more."""
+    return Dense(a.M * m.to_dense())
+
+
+def lowrank_add(a: LowRank, b: LowRank) -> LowRank:
+    """Ranks add: ``[U1 U2] [V1 V2]^T``."""
+    batch = torch.broadcast_shapes(a.batch_shape, b.batch_shape)
+    cat = lambda x, y: torch.cat([x.expand(*batch, *x.shape[-2:]), y.expand(*batch, *y.shape[-2:])], -1)  # noqa: E731
+    return LowRank(cat(a.U, b.U), cat(a.V, b.V))
+
+
+def lowrank_matmul(a: LowRank, m: StructuredMatrix) -> LowRank:
+    """``U V^T M = U (M^T V)^T``: one transposed matvec with ``r`` columns."""
+    return LowRank(a.U, m.T.matmul(a.V))
+
+
+def matmul_lowrank(m: StructuredMatrix, b: LowRank) -> LowRank:
+    """``M U V^T = (M U) V^T``: one matvec with ``r`` columns."""
+    return LowRank(m.matmul(b.U), b.V)
+
+
+def lowrank_inverse(a: LowRank) -> Inverse:
+    """Singular below full rank; at full rank a lazy inverse (``solve`` factors the small dense form)."""
+    if a.order < a.shape[-1]:
+        raise SingularMatrixError(f"LowRank of rank {a.order} < {a.shape[-1]} is singular")
+    return Inverse(a)
+
+
+def bidiagonal_add(a: Bidiagonal, b: Bidiagonal | Diagonal) -> Bidiagonal:
+    batch = torch.broadcast_shapes(a.batch_shape, b.batch_shape)
+    sub = a.sub + b.sub if isinstance(b, Bidiagonal) else a.sub
+    return Bidiagonal(a.diagonal() + b.diagonal(), sub.expand(*batch, sub.shape[-1]), lower=a.lower)
+
+
+def diagonal_matmul_bidiagonal(d: Diagonal, m: Bidiagonal) -> Bidiagonal:
+    dd = d.diagonal()
+    return Bidiagonal(dd * m.diag, (dd[..., 1:] if m.lower else dd[..., :-1]) * m.sub, lower=m.lower)
+
+
+def bidiagonal_matmul_diagonal(m: Bidiagonal, d: Diagonal) -> Bidiagonal:
+    dd = d.diagonal()
+    return Bidiagonal(m.diag * dd, m.sub * (dd[..., :-1] if m.lower else dd[..., 1:]), lower=m.lower)
+
+
+def bidiagonal_sss_add(a: Bidiagonal, m: SSS) -> SSS:
+    """Through the order-2 SSS of the bidiagonal matrix."""
+    return sss_add(a.to_sss(), m)
+
+
+def bidiagonal_sss_matmul(a: Bidiagonal, m: SSS) -> SSS:
+    return sss_matmul(a.to_sss(), m)
+
+
+def sss_bidiagonal_matmul(m: SSS, a: Bidiagonal) -> SSS:
+    return sss_matmul(m, a.to_sss())
+
+
+def bidiagonal_inverse(a: Bidiagonal) -> OneSS:
+    """Exact inverse as a :class:`~structmat.OneSS`: ``x_t = (y_t - sub_{t-1} x_{t-1}) / diag_t``.
+
+    Negative ratios are carried by signs in ``b`` and ``c`` so the decays stay in log space.
+    """
+    if not a.lower:
+        return bidiagonal_inverse(a.T).T
+    if bool((a.diag == 0).any()):
+        raise SingularMatrixError("Bidiagonal has a zero diagonal entry")
+    batch = a.batch_shape
+    diag, sub = a.diag.expand(*batch, a.shape[-1]), a.sub.expand(*batch, a.sub.shape[-1])
+    if sub.is_complex() or diag.is_complex():
+        raise TypeError("Bidiagonal.inv() as OneSS needs real entries; use to_sss().inv()")
+    ratio = torch.cat([torch.ones_like(diag[..., :1]), -sub / diag[..., 1:]], dim=-1)
+    sign = torch.cumprod(torch.where(ratio < 0, -1.0, 1.0).to(ratio.dtype), dim=-1)
+    return OneSS(safe_log(ratio.abs()), b=sign / diag, c=sign)
+
+
+def oness_inverse(m: OneSS) -> Bidiagonal:
+    """Exact inverse, a :class:`~structmat.Bidiagonal`: diagonal ``1 / (b_t c_t)``, subdiagonal
+    ``-a_t / (b_t c_{t-1})`` (the upper mirror gives the transpose)."""
+    batch = m.batch_shape
+    b, c = m.B[..., 0].expand(*batch, m.shape[-1]), m.C[..., 0].expand(*batch, m.shape[-1])
+    if bool((b == 0).any()) or bool((c == 0).any()):
+        raise SingularMatrixError("OneSS is singular: some b_t * c_t is zero")
+    a = torch.exp(m.log_a[..., 1:]).to(m.dtype)
+    return Bidiagonal(1.0 / (b * c), -a / (b[..., 1:] * c[..., :-1]), lower=m.lower)

@@ -1,0 +1,76 @@
+"""Closure rules of the FFT family: Toeplitz, causal Toeplitz, circulant (``Fourier``) and ``DFT`` masks."""
+
+from __future__ import annotations
+
+import torch
+
+from structmat.core.base import StructuredMatrix
+from structmat.core.validation import SingularMatrixError
+from structmat.linalg.spectral import linear_convolution
+from structmat.linalg.toeplitz_solvers import causal_inverse_series
+from structmat.matrices.dft import DFT
+from structmat.matrices.fourier import Fourier
+from structmat.matrices.toeplitz import Toeplitz, ToeplitzInverse
+
+__all__ = ["both_causal", "toeplitz_add", "causal_toeplitz_matmul", "toeplitz_hadamard", "toeplitz_inverse",
+           "fourier_add", "fourier_matmul", "fourier_hadamard", "fourier_inverse", "dft_inverse"]
+
+
+def both_causal(a: Toeplitz, b: Toeplitz) -> bool:
+    return a.is_causal and b.is_causal
+
+
+def toeplitz_add(a: Toeplitz, b: Toeplitz) -> Toeplitz:
+    """First columns and rows add (causal if both are)."""
+    if both_causal(a, b):
+        return Toeplitz(a.c + b.c, causal=True)
+    return Toeplitz(a.c + b.c, a.r + b.r)
+
+
+def causal_toeplitz_matmul(a: Toeplitz, b: Toeplitz) -> Toeplitz:
+    """Causal @ causal is causal: a truncated polynomial product, ``O(T log T)``."""
+    return Toeplitz(linear_convolution(a.c, b.c, a.shape[-1]), causal=True)
+
+
+def toeplitz_hadamard(a: Toeplitz, b: Toeplitz) -> Toeplitz:
+    """Entries multiply along each diagonal (causal if either is)."""
+    if a.is_causal or b.is_causal:
+        return Toeplitz(a.c * b.c, causal=True)
+    return Toeplitz(a.c * b.c, a.r * b.r)
+
+
+def toeplitz_inverse(a: Toeplitz) -> StructuredMatrix:
+    """Causal: the inverse power series (causal Toeplitz); else Gohberg-Semencul (``ToeplitzInverse``)."""
+    if a.is_causal:
+        return Toeplitz(causal_inverse_series(a.c), causal=True)
+    return ToeplitzInverse(a)
+
+
+def fourier_add(a: Fourier, b: Fourier) -> Fourier:
+    return Fourier(a.eigvals + b.eigvals, real=a.real and b.real)
+
+
+def fourier_matmul(a: Fourier, b: Fourier) -> Fourier:
+    """Circulants commute; eigenvalues multiply."""
+    return Fourier(a.eigvals * b.eigvals, real=a.real and b.real)
+
+
+def fourier_hadamard(a: Fourier, b: Fourier) -> Fourier:
+    """The elementwise product of circulants is the circulant of the product of the kernels."""
+    return Fourier.from_kernel(a.kernel * b.kernel)
+
+
+def fourier_inverse(a: Fourier) -> Fourier:
+    """Reciprocal eigenvalues; singular when one is below ``T eps`` times the largest."""
+    mag = a.eigvals.abs()
+    tol = a.shape[-1] * torch.finfo(mag.dtype).eps * mag.amax(-1, keepdim=True)
+    if bool((mag <= tol).any()):
+        raise SingularMatrixError("Fourier mask has a (numerically) zero eigenvalue")
+    return Fourier(1.0 / a.eigvals, real=a.real)
+
+
+def dft_inverse(a: DFT) -> DFT:
+    """``F^{-1} = conj(F) / T``: the transform of the opposite sign, scaled."""
+    if a.part != "full":
+        raise SingularMatrixError(f"the {a.part} part of the DFT matrix is singular for T > 2")
+    return DFT(a.n, not a.inverse, scale=1.0 / (a.n * a.scale), dtype=a.dtype, device=a.device)

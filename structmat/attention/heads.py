@@ -1,0 +1,88 @@
+"""What every SMA order shares: checking ``q, k, v``, grouped heads, the mask's ``(B, H)`` batch, time blocks."""
+
+from __future__ import annotations
+
+import torch
+
+from structmat.attention.tuning import Tuning
+from structmat.core.base import StructuredMatrix
+
+__all__ = ["check_qkv", "expand_heads", "mask_to_bh", "mask_as_bh", "out_dtype", "add_diagonal", "time_blocks",
+           "time_tile"]
+
+
+def check_qkv(q, k, v) -> None:
+    """Shapes ``q (B, T, H|Hk, N)``, ``k (B, S, Hk, N)``, ``v (B, S, H, P)`` with ``H % Hk == 0``."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 4:
+            raise ValueError(f"{name} must be a 4-D tensor (batch, length, heads, features); got "
+                             f"{tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}")
+    Bsz, _, Hq, N = q.shape
+    _, S, Hk, Nk = k.shape
+    _, Sv, H, _ = v.shape
+    if k.shape[0] != Bsz or v.shape[0] != Bsz:
+        raise ValueError(f"q, k, v must share the batch size; got {Bsz}, {k.shape[0]}, {v.shape[0]}")
+    if Nk != N:
+        raise ValueError(f"q and k must share the last dim N; got {N} and {Nk}")
+    if Sv != S:
+        raise ValueError(f"k and v must share the sequence length S; got {S} and {Sv}")
+    if Hk == 0 or H % Hk:
+        raise ValueError(f"v heads H={H} must be a multiple of k heads H_k={Hk}")
+    if Hq not in (H, Hk):
+        raise ValueError(f"q must have H={H} or H_k={Hk} heads; got {Hq}")
+
+
+def expand_heads(q, k, v):
+    """``q, k`` with grouped heads repeated to the ``H`` heads of ``v`` (after :func:`check_qkv`)."""
+    H = v.shape[2]
+    k = k.repeat_interleave(H // k.shape[2], dim=2) if k.shape[2] != H else k
+    q = q.repeat_interleave(H // q.shape[2], dim=2) if q.shape[2] != H else q
+    return q, k, v
+
+
+def mask_to_bh(mask: StructuredMatrix, B: int, H: int) -> tuple[int, int]:
+    """The mask's batch shape as a 2-D ``(B|1, H|1)`` pair (validated)."""
+    batch = tuple(mask.batch_shape)
+    full = (1,) * (2 - len(batch)) + batch
+    if len(batch) > 2 or full[0] not in (1, B) or full[1] not in (1, H):
+        raise ValueError(f"mask batch shape {batch} must broadcast to (B, H) = ({B}, {H})")
+    return full
+
+
+def mask_as_bh(mask: StructuredMatrix, B: int, H: int) -> StructuredMatrix:
+    """The mask with batch ``(B|1, H|1)``: a parameter map that adds leading dims (no copy)."""
+    bh = mask_to_bh(mask, B, H)
+    extra = len(bh) - len(mask.batch_shape)
+    if extra == 0:
+        return mask
+    return mask._map(lambda t: t.reshape(*(1,) * extra, *t.shape) if t.dim() > 0 else t)
+
+
+def out_dtype(q, k, v, mask: StructuredMatrix) -> torch.dtype:
+    return torch.promote_types(torch.promote_types(q.dtype, k.dtype), torch.promote_types(v.dtype, mask.dtype))
+
+
+def add_diagonal(out: torch.Tensor, diag: torch.Tensor, mask: StructuredMatrix, q, k, v, weight: float) -> torch.Tensor:
+    """``out[b, t, h] += weight * diag[t] (q_t . k_t) v_t`` in place, ``diag`` a diagonal of ``mask``."""
+    Bsz, T, H, _ = q.shape
+    d = diag.expand(*mask.batch_shape, T).reshape(*mask_to_bh(mask, Bsz, H), T)
+    d = d.expand(Bsz, H, T).transpose(1, 2)[..., None].to(out.dtype)
+    return out.addcmul_(weight * d * (q * k).sum(-1, keepdim=True).to(out.dtype), v.to(out.dtype))
+
+
+def time_tile(tuning: Tuning, T: int, per_step: int) -> int:
+    """Steps per block when a long sequence runs block by block with a carried state: every block's
+    tensors under ``tuning.tile_elements`` (``per_step`` elements per step), or one block."""
+    if not tuning.time_blocks:
+        return max(T, 1)
+    return max(1, min(T, tuning.tile_elements // max(1, per_step)))
+
+
+def time_blocks(T: int, tile: int, reverse: bool):
+    """``(steps, src, take)`` per time block: ``steps`` in the (possibly reversed) time of the
+    recurrence, ``src`` the same steps in the inputs' time, ``take`` cuts an input ``(B, T, ...)``
+    to the block in the recurrence's order."""
+    for t0 in range(0, T, tile):
+        steps = slice(t0, min(T, t0 + tile))
+        src = slice(T - steps.stop, T - steps.start) if reverse else steps
+        yield steps, src, (lambda t, src=src: torch.flip(t[:, src], (1,))) if reverse else (lambda t, src=src: t[:, src])

@@ -1,0 +1,35 @@
+"""The low-rank order: ``L = U V^T`` gives ``Y = sum_r diag(u_r) Q (K^T diag(v_r) V)``, linear in ``T``."""
+
+from __future__ import annotations
+
+import opt_einsum
+import torch
+
+from structmat.attention.heads import mask_to_bh
+from structmat.attention.orders.registry import Cost, Order, Problem
+from structmat.attention.tuning import Tuning
+from structmat.core.base import StructuredMatrix
+from structmat.matrices.lowrank import LowRank
+
+__all__ = ["LowRankOrder"]
+
+
+class LowRankOrder(Order):
+    name = "lowrank"
+
+    def admissible(self, mask: StructuredMatrix) -> bool:
+        return isinstance(mask, LowRank)
+
+    def cost(self, p: Problem, mask: StructuredMatrix, tuning: Tuning) -> Cost:
+        r = mask.order
+        return Cost(r * (2 * p.BH * p.S * p.N * p.P + 2 * p.BH * p.T * p.N * p.P), p.BH * r * p.N * p.P * p.element_bytes, 1)
+
+    def run(self, q, k, v, mask, scale, tuning, chunk) -> torch.Tensor:
+        Bsz, T, H, N = q.shape
+        bh = mask_to_bh(mask, Bsz, H)
+        U = mask.U.reshape(*bh, *mask.U.shape[-2:]).expand(Bsz, H, *mask.U.shape[-2:])  # (B, H, T, r)
+        W = mask.V.reshape(*bh, *mask.V.shape[-2:]).expand(Bsz, H, *mask.V.shape[-2:])  # (B, H, S, r)
+        dtype = torch.promote_types(q.dtype, U.dtype)
+        kv = opt_einsum.contract("bshn,bhsr,bshp->bhrnp", k.to(dtype), W.to(dtype), v.to(dtype))
+        return opt_einsum.contract("bthn,bhtr,bhrnp->bthp", q.to(dtype), U.to(dtype), kv) * scale
+

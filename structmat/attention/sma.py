@@ -1,0 +1,73 @@
+"""``structmat.sma``: structured masked attention with a planned contraction order."""
+
+from __future__ import annotations
+
+import torch
+
+from structmat.attention.heads import check_qkv, expand_heads, mask_to_bh
+from structmat.attention.orders import ORDERS, admissible
+from structmat.attention.plan import sma_plan
+from structmat.attention.tuning import Tuning, tuning_for
+from structmat.core.base import StructuredMatrix
+
+__all__ = ["sma"]
+
+_LOW_PRECISION = (torch.bfloat16, torch.float16)
+
+
+def sma(q, k, v, mask: StructuredMatrix, *, order: str = "auto", scale: float = 1.0, chunk: int | None = None,
+        tuning: Tuning | None = None) -> torch.Tensor:
+    """Structured masked attention ``Y = (L o (Q K^T)) V`` per batch and head.
+
+    ``Y[b,t,h,p] = sum_s L[b,h,t,s] (sum_n Q[b,t,h,n] K[b,s,h,n]) V[b,s,h,p]``.
+
+    Parameters
+    ----------
+    q : Tensor ``(B, T, H, N)`` (or ``H_k`` heads)
+    k : Tensor ``(B, S, H_k, N)``, ``H % H_k == 0`` (grouped keys, Mamba-2's ``ngroups``)
+    v : Tensor ``(B, S, H, P)``
+    mask : StructuredMatrix with ``mask.shape[-2:] == (T, S)`` and batch broadcastable to ``(B, H)``
+    order : {"auto", "quadratic", "linear", "chunked", "lowrank"}
+        See :mod:`structmat.attention.orders`; ``auto`` takes :func:`sma_plan`'s choice.
+    scale : float, multiplies ``Q K^T``;  chunk : int, block length of ``chunked`` (the tuning's by default)
+    tuning : Tuning, optional
+        How the orders cut their work (by default :func:`~structmat.attention.tuning_for` the device).
+
+    Returns
+    -------
+    Tensor ``(B, T, H, P)`` in the dtype ``q, k, v`` and the mask promote to (16-bit inputs
+    accumulate in float32 and come back in their dtype), complex if the mask is complex.
+
+    Costs (:func:`sma_plan`): quadratic ``O(B H T S (N + P))``, linear ``O(B H S N P)`` times the
+    mask's matvec, chunked ``O(B H T L (N + P) + B H T n N P)``.
+
+    Examples
+    --------
+    >>> import torch, structmat as sm
+    >>> q, k, v = torch.randn(1, 6, 2, 3), torch.randn(1, 6, 1, 3), torch.randn(1, 6, 2, 4)
+    >>> M = sm.OneSS.causal(6)
+    >>> y = sm.sma(q, k, v, M, order="linear")
+    >>> torch.allclose(y, sm.sma(q, k, v, M, order="quadratic"), atol=1e-5)
+    True
+    """
+    if not isinstance(mask, StructuredMatrix):
+        raise TypeError(f"mask must be a StructuredMatrix; got {type(mask).__name__}")
+    check_qkv(q, k, v)
+    q, k, v = expand_heads(q, k, v)
+    T, S = q.shape[1], k.shape[1]
+    if tuple(mask.shape[-2:]) != (T, S):
+        raise ValueError(f"mask must have shape (*, {T}, {S}) for T={T}, S={S}; got {tuple(mask.shape)}")
+    mask_to_bh(mask, q.shape[0], q.shape[2])
+    tuning = tuning or tuning_for(v.device)
+    if order != "auto" and (order not in ORDERS or not ORDERS[order].admissible(mask)):
+        raise ValueError(f"order {order!r} is not admissible for {type(mask).__name__}; choose from {admissible(mask)}")
+    dtype = torch.promote_types(torch.promote_types(q.dtype, k.dtype), v.dtype)
+    if 0 in (q.shape[0], T, S, q.shape[2], q.shape[3], v.shape[3]):  # nothing to contract: zeros of the right shape
+        return v.new_zeros(q.shape[0], T, q.shape[2], v.shape[3], dtype=torch.promote_types(dtype, mask.dtype))
+    if order == "auto":
+        plan = sma_plan(q, k, v, mask, chunk=chunk, tuning=tuning)
+        order, chunk = plan.order, plan.chunk
+    work = torch.float32 if dtype in _LOW_PRECISION else dtype  # 16-bit inputs accumulate in float32
+    q, k, v = q.to(work), k.to(work), v.to(work)
+    y = ORDERS[order].run(q, k, v, mask, scale, tuning, chunk or tuning.chunk)
+    return y if y.is_complex() else y.to(dtype)

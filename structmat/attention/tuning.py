@@ -1,0 +1,76 @@
+"""Tuning numbers of the SMA orders, per kind of device, with their reasons.
+
+The numbers live in ``tuning.json`` beside this module (the plan coefficients there are written by
+``benchmarks/calibrate_plan.py``); :func:`tuning_for` loads them once per device kind. Tests and
+benchmarks pass their own :class:`Tuning` (``dataclasses.replace(tuning_for("cpu"), ...)``) instead
+of changing module globals.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+__all__ = ["Tuning", "tuning_for", "TUNING_FILE"]
+
+TUNING_FILE = Path(__file__).with_name("tuning.json")
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """How the SMA orders cut their work on one kind of device (``"cpu"`` or ``"cuda"``).
+
+    Attributes
+    ----------
+    tile_elements : int
+        Largest tensor of one time block of the linear and chunked orders on the CPU. Blocks that
+        stay in cache are served again from the heap; a fresh multi-megabyte tensor costs a page
+        fault per 4 KiB and made the time grow faster than ``T`` (2^19 elements measured best).
+    linear_budget : int
+        Elements of the columns one pass of the linear order takes: cache-sized on the CPU, large
+        on a GPU whose launches cost more than its passes over memory.
+    min_columns : int
+        Fewest columns one mask product of the linear order takes: a CPU FFT call on fewer loses up
+        to 2x per element to its fixed costs (``benchmarks/NOTES_sma.md``).
+    chunk : int
+        Default block length of the chunked order (the SSD kernels' 256 on a GPU; 64 on the CPU,
+        where the ``L x L`` products dominate).
+    time_blocks : bool
+        Whether long sequences run in time blocks with carried states (the CPU) or as one block.
+    row_pass : float
+        Cost of one Python-level row of a dense SSS / quasiseparable build, in passes of the order.
+    coefficients : dict
+        ``order -> (ms per flop, ms per byte, ms per pass)`` of the plan's time estimate.
+    """
+
+    device: str
+    tile_elements: int
+    linear_budget: int
+    min_columns: int
+    chunk: int
+    time_blocks: bool
+    row_pass: float
+    coefficients: dict = field(default_factory=dict)
+
+    def estimate_ms(self, order: str, flops: float, bytes_: float, passes: float) -> float:
+        s_flop, s_byte, ms_pass = self.coefficients[order]
+        return flops * s_flop + bytes_ * s_byte + passes * ms_pass
+
+
+@functools.cache
+def _load() -> dict:
+    return json.loads(TUNING_FILE.read_text())
+
+
+def tuning_for(device) -> Tuning:
+    """The tuning of a device (``torch.device``, ``"cpu"``, ``"cuda:0"``, ...); unknown kinds use the CPU's."""
+    data = _load()
+    kind = torch.device(device).type
+    entry = dict(data.get(kind, data["cpu"]))
+    entry.pop("calibrated", None)
+    entry["coefficients"] = {k: tuple(v) for k, v in entry["coefficients"].items()}
+    return Tuning(device=kind if kind in data else "cpu", **entry)

@@ -1,0 +1,240 @@
+"""The :class:`StructuredMatrix` base class: shape, dtype, device, ``torch.matmul`` semantics, operators.
+
+A subclass stores its parameters, passes ``(shape, dtype, device)`` to ``__init__``, and provides
+``_matmat(X)`` for ``X`` of shape ``(*batch, S, K)`` (already broadcast against the matrix batch
+and cast to the common dtype), ``to_dense()``, ``_map(fn)`` (the same matrix with ``fn`` applied to
+every tensor parameter) and ``_scale(s)``. Binary operators and ``inv()`` go through the closure
+dispatch (:mod:`structmat.core.dispatch`); this module knows no subclass.
+"""
+
+from __future__ import annotations
+
+import abc
+import numbers
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from structmat.core import dispatch
+from structmat.core.validation import as_tensor, broadcast_batch
+
+__all__ = ["StructuredMatrix", "is_scalar"]
+
+
+def is_scalar(x: Any) -> bool:
+    """A Python, numpy or 0-d torch number (what ``M * s`` scales by)."""
+    if isinstance(x, (numbers.Number, np.generic)):
+        return True
+    return isinstance(x, (torch.Tensor, np.ndarray)) and x.ndim == 0
+
+
+class StructuredMatrix(abc.ABC):
+    """Abstract ``(*batch_shape, T, S)`` matrix with a fast matvec.
+
+    Conventions follow ``torch.matmul``: ``M @ X`` with ``X`` of shape ``(*, S, K)`` gives
+    ``(*, T, K)`` with batch broadcasting, and a 1-D ``X`` of shape ``(S,)`` gives ``(T,)``.
+    ``M @ N`` with ``N`` structured is the closed-form product where a rule exists
+    (:mod:`structmat.algebra.rules`), otherwise a lazy :class:`~structmat.Product`.
+    """
+
+    __structured_matrix__ = True
+    __array_ufunc__ = None  # numpy defers ``ndarray * M`` and ``ndarray @ M`` to M instead of densifying it
+    order: Any = None
+
+    def __init__(self, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | str):
+        self._shape = torch.Size(shape)
+        self._dtype = dtype
+        self._device = torch.device(device)
+
+    # --- what subclasses provide -------------------------------------------------------------
+    @abc.abstractmethod
+    def to_dense(self) -> torch.Tensor:
+        """The matrix as a dense tensor of shape ``(*batch_shape, T, S)``."""
+
+    @abc.abstractmethod
+    def _matmat(self, X: torch.Tensor) -> torch.Tensor:
+        """``M @ X`` for ``X`` of shape ``(*batch, S, K)``, broadcast and cast already."""
+
+    @abc.abstractmethod
+    def _map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> StructuredMatrix:
+        """The same matrix with ``fn`` applied to every tensor parameter (``to``, ``conj``)."""
+
+    @abc.abstractmethod
+    def _scale(self, s) -> StructuredMatrix:
+        """``s * M`` for a scalar ``s``."""
+
+    # --- attributes ----------------------------------------------------------------------------
+    @property
+    def shape(self) -> torch.Size:
+        """``(*batch_shape, T, S)``."""
+        return self._shape
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self._dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self._device
+
+    @property
+    def batch_shape(self) -> torch.Size:
+        return self._shape[:-2]
+
+    @property
+    def ndim(self) -> int:
+        return len(self._shape)
+
+    def matvec_flops(self, K: int) -> float:
+        """FLOPs of ``M @ X`` for ``X`` with ``K`` columns, per batch entry (the planner's cost model)."""
+        return 2.0 * self.shape[-2] * self.shape[-1] * K
+
+    def diagonal(self) -> torch.Tensor:
+        """Main diagonal, shape ``(*batch_shape, min(T, S))``."""
+        raise TypeError(f"{type(self).__name__} has no structured diagonal; use to_dense().diagonal(dim1=-2, dim2=-1)")
+
+    def __repr__(self) -> str:
+        order = "" if self.order is None else f", order={self.order}"
+        dtype = str(self.dtype).replace("torch.", "")
+        return f"{type(self).__name__}(shape={tuple(self.shape)}{order}, dtype={dtype})"
+
+    def _check_square(self, what: str) -> None:
+        if self.shape[-1] != self.shape[-2]:
+            raise ValueError(f"{what} needs a square matrix, got shape {tuple(self.shape)}")
+
+    # --- products with dense operands ----------------------------------------------------------
+    def matmul(self, X: Any) -> torch.Tensor:
+        """``M @ X`` for a dense operand, following ``torch.matmul``."""
+        M, X, vector = self._operand(X)
+        Y = M._matmat(X)
+        return Y[..., 0] if vector else Y
+
+    def matmat_fn(self) -> Callable[[torch.Tensor], torch.Tensor]:
+        """``X -> M @ X`` for many products with operands of one shape (what the SMA linear order does).
+
+        Classes with a costly per-product setup (a Toeplitz matrix's circulant spectrum) do it once
+        in the returned function; by default it is :meth:`matmul`.
+        """
+        return self.matmul
+
+    def _operand(self, X: Any, name: str = "X") -> tuple[StructuredMatrix, torch.Tensor, bool]:
+        """``X`` checked: the matrix in the common dtype, ``X`` as ``(*batch, S, K)``, and whether it was a vector."""
+        X = as_tensor(X, name, device=self.device) if not isinstance(X, torch.Tensor) else X
+        if X.device != self.device:
+            raise ValueError(f"{name} is on {X.device} but the matrix is on {self.device}")
+        if X.dim() == 0:
+            raise ValueError(f"{name} must have shape ({self.shape[-1]},) or (*, {self.shape[-1]}, K); got a scalar")
+        vector = X.dim() == 1
+        if vector:
+            X = X[:, None]
+        S = self.shape[-1]
+        if X.shape[-2] != S:
+            expect = f"({S},)" if vector else f"(*, {S}, K)"
+            raise ValueError(f"{name} has shape {tuple(X.shape[:-1] if vector else X.shape)}; expected {expect} "
+                             f"for a matrix of shape {tuple(self.shape)}")
+        dtype = torch.promote_types(self.dtype, X.dtype)
+        if not (dtype.is_floating_point or dtype.is_complex):
+            dtype = torch.get_default_dtype()
+        M = self if dtype == self.dtype else self.to(dtype)
+        batch = broadcast_batch(("matrix", self.batch_shape), (name, X.shape[:-2]))
+        return M, X.to(dtype).expand(*batch, *X.shape[-2:]), vector
+
+    def __matmul__(self, other: Any):
+        if isinstance(other, StructuredMatrix):
+            return _binary("matmul", self, other)
+        return self.matmul(other)
+
+    def __rmatmul__(self, other: Any):
+        X = as_tensor(other, "X", device=self.device) if not isinstance(other, torch.Tensor) else other
+        if X.dim() == 1:
+            return self.T.matmul(X)
+        return self.T.matmul(X.transpose(-1, -2)).transpose(-1, -2)
+
+    # --- operators through the closure rules ---------------------------------------------------
+    def __add__(self, other: Any):
+        if not isinstance(other, StructuredMatrix):
+            return NotImplemented
+        return _binary("add", self, other)
+
+    def __sub__(self, other: Any):
+        if not isinstance(other, StructuredMatrix):
+            return NotImplemented
+        return self + (-other)
+
+    def __neg__(self):
+        return self._scale(-1.0)
+
+    def __mul__(self, s: Any):
+        if not is_scalar(s):
+            return NotImplemented
+        return self._scale(s.item() if isinstance(s, np.ndarray | np.generic) else s)
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, s: Any):
+        if not is_scalar(s):
+            return NotImplemented
+        return self * (1.0 / (s.item() if isinstance(s, np.ndarray | np.generic) else s))
+
+    def hadamard(self, other: StructuredMatrix) -> StructuredMatrix:
+        """Elementwise product ``M * N`` (the result class comes from the closure rules)."""
+        if not isinstance(other, StructuredMatrix):
+            raise TypeError(f"hadamard needs a StructuredMatrix; got {type(other).__name__}")
+        return _binary("hadamard", self, other)
+
+    def inv(self) -> StructuredMatrix:
+        """The inverse: structured where a rule exists, else a lazy :class:`~structmat.Inverse`."""
+        self._check_square("inv()")
+        return dispatch.apply("inv", self)
+
+    def solve(self, Y: Any) -> torch.Tensor:
+        """Solve ``M X = Y`` for ``Y`` of shape ``(*, T, K)`` or ``(T,)``, through :meth:`inv`."""
+        self._check_square("solve()")
+        return self.inv().matmul(Y)
+
+    @property
+    def T(self) -> StructuredMatrix:
+        """Transpose (no conjugation)."""
+        return dispatch.apply("transpose", self)
+
+    @property
+    def H(self) -> StructuredMatrix:
+        """Conjugate transpose."""
+        return self.T.conj() if self.dtype.is_complex else self.T
+
+    def conj(self) -> StructuredMatrix:
+        return self._map(torch.conj) if self.dtype.is_complex else self
+
+    def to(self, *args, **kwargs) -> StructuredMatrix:
+        """Like ``torch.Tensor.to``: move every parameter to a dtype and/or device."""
+        return self._map(lambda t: t.to(*args, **kwargs))
+
+    def double(self) -> StructuredMatrix:
+        return self.to(torch.complex128 if self.dtype.is_complex else torch.float64)
+
+    def float(self) -> StructuredMatrix:
+        return self.to(torch.complex64 if self.dtype.is_complex else torch.float32)
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        out = self.to_dense().detach().cpu().resolve_conj().numpy()
+        return out.astype(dtype) if dtype is not None else out
+
+
+_SAME_SHAPE = {"add": "add", "hadamard": "hadamard"}
+
+
+def _binary(op: str, a: StructuredMatrix, b: StructuredMatrix) -> StructuredMatrix:
+    """Shape, batch, device and dtype checks shared by the binary operations, then the rule."""
+    if op in _SAME_SHAPE and a.shape[-2:] != b.shape[-2:]:
+        raise ValueError(f"{op} needs matrices of equal (T, S); got shapes {tuple(a.shape)} and {tuple(b.shape)}")
+    if op == "matmul" and a.shape[-1] != b.shape[-2]:
+        raise ValueError(f"cannot multiply matrices of shapes {tuple(a.shape)} and {tuple(b.shape)}")
+    broadcast_batch(("left operand", a.batch_shape), ("right operand", b.batch_shape))
+    if a.device != b.device:
+        raise ValueError(f"operands are on different devices: {a.device} and {b.device}")
+    dtype = torch.promote_types(a.dtype, b.dtype)
+    a = a if a.dtype == dtype else a.to(dtype)
+    b = b if b.dtype == dtype else b.to(dtype)
+    return dispatch.apply(op, a, b)

@@ -1,0 +1,149 @@
+"""The closure dispatch: operations on structured matrices resolved by rules held as data.
+
+A :class:`Rule` names its operation (``"add"``, ``"matmul"``, ``"hadamard"``, ``"inv"``,
+``"transpose"``), the operand classes it accepts, a condition on the operands, a precedence and the
+result it documents. For ``op(a, b)`` the registry lists the rules whose classes match the
+operands (``isinstance``), orders them by
+
+1. ``precedence``, highest first;
+2. specificity: the summed distance, in each operand's method resolution order, from the operand's
+   class to the rule's class (closest first), so a ``OneSS`` rule beats an ``SSS`` rule;
+3. registration order,
+
+and calls the first whose condition holds. Conditions are cheap predicates on the operands
+(orientation, causality, kind of transitions); a rule is only ever called when it applies, so no
+result is computed and thrown away. The lazy composites register the last resorts (a lazy
+``Sum``, ``Product``, ``Inverse``, ``Transpose``) at precedence :data:`FALLBACK`. The concrete
+closure rules live in :mod:`structmat.algebra.rules`; users add theirs with :func:`register`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Rule", "register", "rules", "resolve", "apply", "OPERATIONS", "FALLBACK", "NoRuleError"]
+
+#: Operations the registry knows, with their arity.
+OPERATIONS = {"add": 2, "matmul": 2, "hadamard": 2, "inv": 1, "transpose": 1}
+
+#: Precedence of the lazy last resorts: below every default rule.
+FALLBACK = -1000
+
+_counter = itertools.count()
+
+
+class NoRuleError(TypeError):
+    """No rule applies to the operands (only ``hadamard`` has no lazy last resort)."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One closure rule: ``fn(*operands)`` computes ``op`` for operands of ``classes`` when ``when`` holds."""
+
+    op: str
+    classes: tuple[type, ...]
+    fn: Callable[..., Any]
+    when: Callable[..., bool] | None = None
+    precedence: int = 0
+    result: str = ""
+    doc: str = ""
+    serial: int = field(default_factory=lambda: next(_counter), compare=False)
+
+    def matches(self, operands: tuple) -> bool:
+        return all(isinstance(x, cls) for x, cls in zip(operands, self.classes))
+
+    def applies(self, operands: tuple) -> bool:
+        return self.matches(operands) and (self.when is None or bool(self.when(*operands)))
+
+    def distance(self, operands: tuple) -> int:
+        return sum(type(x).__mro__.index(cls) for x, cls in zip(operands, self.classes))
+
+    @property
+    def name(self) -> str:
+        return getattr(self.fn, "__name__", repr(self.fn))
+
+
+_REGISTRY: dict[str, list[Rule]] = {op: [] for op in OPERATIONS}
+
+
+def register(op: str, *classes: type, when: Callable[..., bool] | None = None, precedence: int = 0,
+             result: str = "", doc: str = "", symmetric: bool = False) -> Callable:
+    """Decorator: add a closure rule for ``op`` on operands of ``classes``.
+
+    Parameters
+    ----------
+    op : {"add", "matmul", "hadamard", "inv", "transpose"}
+    *classes : type
+        One class per operand (two for binary operations).
+    when : callable, optional
+        Condition on the operands; the rule is skipped where it returns False.
+    precedence : int
+        Higher is tried first (default 0; the lazy last resorts have :data:`FALLBACK`).
+    result : str
+        The documented result (shown in the rule table).
+    symmetric : bool
+        Also register the rule with the operands swapped (for ``add`` and ``hadamard``).
+
+    Examples
+    --------
+    A user's class and a rule for it (the class is a diagonal of ones times a scalar):
+
+    >>> import torch, structmat as sm
+    >>> class Scaled(sm.Diagonal):
+    ...     pass
+    >>> @sm.register("matmul", Scaled, Scaled, result="Scaled")
+    ... def _scaled_product(a, b):
+    ...     return Scaled(a.d * b.d)
+    >>> type(Scaled(torch.ones(3)) @ Scaled(torch.ones(3))).__name__
+    'Scaled'
+    """
+    if op not in OPERATIONS:
+        raise ValueError(f"op must be one of {sorted(OPERATIONS)}; got {op!r}")
+    if len(classes) != OPERATIONS[op]:
+        raise ValueError(f"{op} takes {OPERATIONS[op]} operand classes; got {len(classes)}")
+    if symmetric and OPERATIONS[op] != 2:
+        raise ValueError("symmetric applies to binary operations only")
+
+    def add(fn: Callable) -> Callable:
+        _REGISTRY[op].append(Rule(op, tuple(classes), fn, when, precedence, result, doc or (fn.__doc__ or "")))
+        if symmetric and classes[0] is not classes[1]:
+            swapped_when = None if when is None else (lambda a, b: when(b, a))
+            _REGISTRY[op].append(Rule(op, tuple(reversed(classes)), _swapped(fn), swapped_when, precedence, result,
+                                      doc or (fn.__doc__ or "")))
+        return fn
+
+    return add
+
+
+def _swapped(fn: Callable) -> Callable:
+    def swapped(a, b):
+        return fn(b, a)
+
+    swapped.__name__ = f"{getattr(fn, '__name__', 'rule')} (swapped)"
+    return swapped
+
+
+def rules(op: str | None = None) -> list[Rule]:
+    """The registered rules (of one operation, or all) in registration order."""
+    if op is None:
+        return [r for op_rules in _REGISTRY.values() for r in op_rules]
+    return list(_REGISTRY[op])
+
+
+def resolve(op: str, *operands) -> Rule | None:
+    """The rule ``op(*operands)`` runs (see the module docstring for the order), or None."""
+    candidates = [r for r in _REGISTRY[op] if r.matches(operands)]
+    candidates.sort(key=lambda r: (-r.precedence, r.distance(operands), r.serial))
+    return next((r for r in candidates if r.when is None or bool(r.when(*operands))), None)
+
+
+def apply(op: str, *operands):
+    """Run ``op`` on the operands by the first applicable rule."""
+    rule = resolve(op, *operands)
+    if rule is None:
+        names = ", ".join(type(x).__name__ for x in operands)
+        raise NoRuleError(f"no structured {op} for {names}")
+    return rule.fn(*operands)

@@ -1,0 +1,217 @@
+"""Lazy composites: sums, products, inverses and transposes that keep a fast matvec.
+
+They are the last resort of the closure rules (registered here at precedence
+:data:`~structmat.core.dispatch.FALLBACK`). None of them ever densifies: ``to_dense()`` is only
+computed when asked for, from the operands' dense forms.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from structmat.core.base import StructuredMatrix
+from structmat.core.dispatch import FALLBACK, register
+from structmat.core.validation import broadcast_batch
+
+__all__ = ["Sum", "Product", "Inverse", "Transpose"]
+
+
+def _common_dtype(ops) -> torch.dtype:
+    return functools.reduce(torch.promote_types, (op.dtype for op in ops))
+
+
+class Sum(StructuredMatrix):
+    """``M_1 + M_2 + ...``; matvec is the sum of the operands' matvecs.
+
+    Examples
+    --------
+    >>> import torch, structmat as sm
+    >>> S = sm.Sum(sm.Diagonal(torch.ones(3)), sm.Dense(torch.ones(3, 3)))
+    >>> S @ torch.ones(3)
+    tensor([4., 4., 4.])
+    """
+
+    def __init__(self, *terms: StructuredMatrix):
+        if len(terms) < 2:
+            raise ValueError("Sum needs at least two terms")
+        flat = []
+        for t in terms:
+            flat.extend(t.terms if isinstance(t, Sum) else [t])
+        shapes = {tuple(t.shape[-2:]) for t in flat}
+        if len(shapes) != 1:
+            raise ValueError(f"Sum terms must share (T, S); got {sorted(shapes)}")
+        self.terms = tuple(flat)
+        batch = broadcast_batch(*((f"term {i}", t.batch_shape) for i, t in enumerate(flat)))
+        super().__init__((*batch, *flat[0].shape[-2:]), _common_dtype(flat), flat[0].device)
+
+    def to_dense(self) -> torch.Tensor:
+        return sum(t.to_dense().to(self.dtype) for t in self.terms).expand(self.shape)
+
+    def diagonal(self) -> torch.Tensor:
+        return sum(t.diagonal().to(self.dtype) for t in self.terms).expand(*self.batch_shape, min(self.shape[-2:]))
+
+    def _matmat(self, X):
+        return sum(t.matmul(X) for t in self.terms)
+
+    def _map(self, fn) -> Sum:
+        return Sum(*(t._map(fn) for t in self.terms))
+
+    @property
+    def T(self) -> Sum:
+        return Sum(*(t.T for t in self.terms))
+
+    def _scale(self, s) -> Sum:
+        return Sum(*(t * s for t in self.terms))
+
+    def inv(self):
+        raise TypeError(
+            "no fast inverse for a lazy Sum of " + ", ".join(type(t).__name__ for t in self.terms)
+            + "; solve iteratively with scipy.sparse.linalg.gmres(structmat.aslinearoperator(M), y)"
+        )
+
+
+class Product(StructuredMatrix):
+    """``M_1 @ M_2 @ ...`` applied right to left; matvec is the chain of matvecs."""
+
+    def __init__(self, *factors: StructuredMatrix):
+        if len(factors) < 2:
+            raise ValueError("Product needs at least two factors")
+        flat = []
+        for f in factors:
+            flat.extend(f.factors if isinstance(f, Product) else [f])
+        for left, right in zip(flat, flat[1:]):
+            if left.shape[-1] != right.shape[-2]:
+                raise ValueError(f"Product factors do not chain: {tuple(left.shape)} @ {tuple(right.shape)}")
+        self.factors = tuple(flat)
+        batch = broadcast_batch(*((f"factor {i}", f.batch_shape) for i, f in enumerate(flat)))
+        super().__init__((*batch, flat[0].shape[-2], flat[-1].shape[-1]), _common_dtype(flat), flat[0].device)
+
+    def to_dense(self) -> torch.Tensor:
+        return functools.reduce(torch.matmul, (f.to_dense().to(self.dtype) for f in self.factors)).expand(self.shape)
+
+    def _matmat(self, X):
+        for f in reversed(self.factors):
+            X = f.matmul(X)
+        return X
+
+    def _map(self, fn) -> Product:
+        return Product(*(f._map(fn) for f in self.factors))
+
+    @property
+    def T(self) -> Product:
+        return Product(*(f.T for f in reversed(self.factors)))
+
+    def _scale(self, s) -> Product:
+        return Product(self.factors[0] * s, *self.factors[1:])
+
+    def inv(self) -> StructuredMatrix:
+        self._check_square("inv()")
+        if any(f.shape[-1] != f.shape[-2] for f in self.factors):
+            raise TypeError("inverse of a Product with rectangular factors has no fast form")
+        return functools.reduce(lambda a, b: a @ b, [f.inv() for f in reversed(self.factors)])
+
+
+class Inverse(StructuredMatrix):
+    """``M^{-1}`` for a matrix with a fast ``solve`` but no structured inverse form."""
+
+    def __init__(self, M: StructuredMatrix):
+        M._check_square("Inverse")
+        self.M = M
+        super().__init__(M.shape, M.dtype, M.device)
+
+    def to_dense(self) -> torch.Tensor:
+        return torch.linalg.inv(self.M.to_dense())
+
+    def _matmat(self, X):
+        return self.M.solve(X)
+
+    def _map(self, fn) -> Inverse:
+        return Inverse(self.M._map(fn))
+
+    @property
+    def T(self) -> Inverse:
+        return Inverse(self.M.T)
+
+    def _scale(self, s) -> StructuredMatrix:
+        return Inverse(self.M * (1.0 / s))
+
+    def inv(self) -> StructuredMatrix:
+        return self.M
+
+
+class Transpose(StructuredMatrix):
+    """``M^T`` applied through the vector-Jacobian product of ``M @ Z`` (exact, one matvec)."""
+
+    def __init__(self, M: StructuredMatrix):
+        self.M = M
+        s = M.shape
+        super().__init__((*s[:-2], s[-1], s[-2]), M.dtype, M.device)
+
+    def to_dense(self) -> torch.Tensor:
+        return self.M.to_dense().transpose(-1, -2)
+
+    def diagonal(self) -> torch.Tensor:
+        return self.M.diagonal()
+
+    def _matmat(self, X):
+        return transpose_matmat(self.M, X)
+
+    def _map(self, fn) -> Transpose:
+        return Transpose(self.M._map(fn))
+
+    @property
+    def T(self) -> StructuredMatrix:
+        return self.M
+
+    def _scale(self, s) -> Transpose:
+        return Transpose(self.M * s)
+
+    def inv(self) -> StructuredMatrix:
+        return self.M.inv().T
+
+
+def transpose_matmat(M: StructuredMatrix, X: torch.Tensor) -> torch.Tensor:
+    """``M^T X`` as the vector-jacobian product of ``Z -> M Z``; works under ``torch.inference_mode`` too."""
+    batch = torch.broadcast_shapes(M.batch_shape, X.shape[:-2])
+    if torch.is_inference_mode_enabled():  # autograd refuses inference tensors: copy them out of that mode
+        with torch.inference_mode(False):
+            out = transpose_matmat(M._map(torch.clone), X.clone())
+        return out.detach()
+    with torch.enable_grad():
+        Z = torch.zeros(*batch, M.shape[-1], X.shape[-1], dtype=X.dtype, device=X.device, requires_grad=True)
+        Y = M.matmul(Z)
+        (out,) = torch.autograd.grad(Y, Z, grad_outputs=X.conj() if X.is_complex() else X, create_graph=True)
+    return out.conj() if X.is_complex() else out
+
+
+@register("add", StructuredMatrix, StructuredMatrix, precedence=FALLBACK, result="Sum (lazy)")
+def lazy_sum(a: StructuredMatrix, b: StructuredMatrix) -> Sum:
+    """No structured sum: a lazy ``Sum`` whose matvec adds the operands' matvecs."""
+    return Sum(a, b)
+
+
+@register("matmul", StructuredMatrix, StructuredMatrix, precedence=FALLBACK, result="Product (lazy)")
+def lazy_product(a: StructuredMatrix, b: StructuredMatrix) -> Product:
+    """No structured product: a lazy ``Product`` (chain of matvecs)."""
+    return Product(a, b)
+
+
+@register("inv", StructuredMatrix, precedence=FALLBACK, result="Inverse (lazy)")
+def lazy_inverse(a: StructuredMatrix) -> Inverse:
+    """No structured inverse: a lazy ``Inverse`` whose matvec is ``a.solve``."""
+    return Inverse(a)
+
+
+@register("transpose", StructuredMatrix, precedence=FALLBACK, result="Transpose (lazy)")
+def lazy_transpose(a: StructuredMatrix) -> Transpose:
+    """No structured transpose: a lazy ``Transpose`` (matvec through a vector-Jacobian product)."""
+    return Transpose(a)
+
+
+@register("hadamard", StructuredMatrix, StructuredMatrix, precedence=FALLBACK, result="TypeError")
+def no_hadamard(a: StructuredMatrix, b: StructuredMatrix):
+    """No structured Hadamard product and no lazy form: a clear error (densify explicitly if intended)."""
+    raise TypeError(f"no structured Hadamard product for {type(a).__name__} and {type(b).__name__}; "
+                    "use Dense(a.to_dense()).hadamard(b) if densifying is intended")

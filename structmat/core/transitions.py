@@ -1,0 +1,290 @@
+"""The transitions ``A_0, ..., A_{T-1}`` of a state-space recurrence ``h_t = A_t h_{t-1} + u_t``.
+
+One type owns the four kinds of transition; no other module branches on the kind:
+
+========  ========================  ==================================================
+kind      ``values`` shape          meaning of step ``t``
+========  ========================  ==================================================
+``log``   ``(*, T)``, real          scalar decay ``exp(values[t])`` (``-inf``: exact 0)
+``scalar`` ``(*, T)``               scalar ``values[t]`` (real or complex, any sign)
+``diag``  ``(*, T, N)``             diagonal ``diag(values[t])``
+``dense`` ``(*, T, N, N)``          dense ``values[t]``
+========  ========================  ==================================================
+
+Products of consecutive log decays are sums of logs (never ratios of cumulative products), so
+``a_t = 0`` stays an exact zero and long products of decays near 1 stay accurate. The scalar
+kinds apply to a state of any size ``N``; methods that need it take ``N``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from structmat.core.validation import check_finite
+
+__all__ = ["Transitions", "KINDS"]
+
+_TAIL = {"log": 1, "scalar": 1, "diag": 2, "dense": 3}  # trailing dims of ``values``, time first
+KINDS = tuple(_TAIL)
+
+
+class Transitions:
+    """Transitions of one kind (see the module docstring), batched like ``values[..., t, ...]``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> A = Transitions.from_log(torch.log(torch.tensor([1.0, 0.5, 0.5])))
+    >>> A.prefix().actual()
+    tensor([1.0000, 0.5000, 0.2500])
+    >>> A.apply(torch.ones(3, 2, 1))[:, :, 0]
+    tensor([[1.0000, 1.0000],
+            [0.5000, 0.5000],
+            [0.5000, 0.5000]])
+    """
+
+    __slots__ = ("values", "kind")
+
+    def __init__(self, values: torch.Tensor, kind: str):
+        if kind not in _TAIL:
+            raise ValueError(f"kind must be one of {KINDS}; got {kind!r}")
+        if kind == "log" and values.is_complex():
+            raise TypeError("log transitions must be real (logs of non-negative decays)")
+        self.values = values
+        self.kind = kind
+
+    # --- construction ---------------------------------------------------------------------------
+    @classmethod
+    def from_log(cls, log_a: torch.Tensor) -> Transitions:
+        return cls(log_a, "log")
+
+    @classmethod
+    def from_shape(cls, A: torch.Tensor, B: torch.Tensor) -> Transitions:
+        """Scalar, diagonal or dense transitions, told apart by the shape of ``A`` against ``B (*, T, N)``."""
+        extra, N = A.dim() - B.dim(), B.shape[-1]
+        if extra == -1:
+            return cls(A, "scalar")
+        if extra == 0 and A.shape[-1] == N:
+            return cls(A, "diag")
+        if extra == 1 and A.shape[-2:] == (N, N):
+            return cls(A, "dense")
+        raise ValueError(f"A must have shape (*, T), (*, T, N) or (*, T, N, N) with N={N} and as many batch dims "
+                         f"as B {tuple(B.shape)}; got {tuple(A.shape)}")
+
+    def _like(self, values: torch.Tensor) -> Transitions:
+        return Transitions(values, self.kind)
+
+    # --- shape -------------------------------------------------------------------------------------
+    @property
+    def _tail(self) -> int:
+        return _TAIL[self.kind]
+
+    @property
+    def _axis(self) -> int:
+        return self.values.dim() - self._tail
+
+    @property
+    def length(self) -> int:
+        return self.values.shape[self._axis]
+
+    @property
+    def batch_shape(self) -> torch.Size:
+        return self.values.shape[: self._axis]
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.values.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.values.device
+
+    def check_finite(self, name: str) -> None:
+        check_finite(self.values, name, allow_neg_inf=self.kind == "log")
+
+    def flops_per_column(self, N: int) -> int:
+        """Multiply-adds of one step applied to one state column of size ``N``."""
+        return N * N if self.kind == "dense" else N
+
+    # --- forms -------------------------------------------------------------------------------------
+    def actual(self) -> torch.Tensor:
+        """The transitions as a user gives them: decays ``exp(log)`` for the log kind, else ``values``."""
+        return torch.exp(self.values) if self.kind == "log" else self.values
+
+    def matrices(self, N: int, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """Dense ``(*, T, N, N)``."""
+        A = self.actual().to(dtype or self.dtype)
+        if self.kind in ("log", "scalar"):
+            return A[..., None, None] * torch.eye(N, dtype=A.dtype, device=A.device)
+        return torch.diag_embed(A) if self.kind == "diag" else A
+
+    def diagonals(self, N: int, dtype: torch.dtype | None = None) -> torch.Tensor | None:
+        """``(*, T, N)`` diagonals, or None for dense transitions."""
+        if self.kind == "dense":
+            return None
+        A = self.actual().to(dtype or self.dtype)
+        return A[..., None].expand(*A.shape, N) if self.kind in ("log", "scalar") else A
+
+    def log_diagonals(self, N: int) -> torch.Tensor | None:
+        """``(*, T, N)`` log decays when every transition is a non-negative real diagonal (step 0 ignored), else None."""
+        if self.kind == "log":
+            return self.values[..., None].expand(*self.values.shape, N)
+        A = self.diagonals(N)
+        if A is None or A.is_complex() or bool((A.narrow(-2, 1, max(A.shape[-2] - 1, 0)) < 0).any()):
+            return None
+        return torch.where(A > 0, torch.log(torch.where(A > 0, A, torch.ones_like(A))), float("-inf"))
+
+    # --- along the time axis ---------------------------------------------------------------------
+    def identity(self) -> torch.Tensor:
+        """One neutral step (broadcastable against a step of ``values``)."""
+        if self.kind == "log":
+            return torch.zeros((), dtype=self.dtype, device=self.device)
+        if self.kind == "dense":
+            return torch.eye(self.values.shape[-1], dtype=self.dtype, device=self.device)
+        return torch.ones((), dtype=self.dtype, device=self.device)
+
+    def narrow(self, start: int, length: int) -> Transitions:
+        return self._like(self.values.narrow(self._axis, start, length))
+
+    def padded(self, steps: int) -> Transitions:
+        """``steps`` neutral steps appended."""
+        if steps == 0:
+            return self
+        shape = list(self.values.shape)
+        shape[self._axis] = steps
+        return self._like(torch.cat([self.values, self.identity().expand(shape)], dim=self._axis))
+
+    def with_identity_first(self) -> Transitions:
+        """Step 0 replaced by the identity (it is unused by definition: garbage there stays harmless)."""
+        rest = self.values.narrow(self._axis, 1, self.length - 1)
+        shape = list(self.values.shape)
+        shape[self._axis] = 1
+        return self._like(torch.cat([self.identity().expand(shape), rest], dim=self._axis))
+
+    def chunked(self, L: int) -> Transitions:
+        """Time cut into ``n`` chunks of ``L`` (padded with neutral steps): ``n`` becomes the last batch dim."""
+        n = -(-self.length // L)
+        v = self.padded(n * L - self.length).values
+        return self._like(v.reshape(*v.shape[: self._axis], n, L, *v.shape[self._axis + 1 :]))
+
+    def reversed(self) -> Transitions:
+        """The transitions of ``J M^T J`` for a lower ``M``: ``A''_t = A_{T-t}^T`` (``roll(flip(A), 1)``)."""
+        A = torch.roll(torch.flip(self.values, (self._axis,)), 1, dims=self._axis)
+        return self._like(A.transpose(-1, -2) if self.kind == "dense" else A)
+
+    def expand(self, batch: torch.Size | tuple[int, ...]) -> Transitions:
+        tail = self.values.shape[self._axis :]
+        return self._like(self.values.expand(*batch, *tail))
+
+    def reshape_batch(self, batch: tuple[int, ...]) -> Transitions:
+        return self._like(self.values.reshape(*batch, *self.values.shape[self._axis :]))
+
+    def map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> Transitions:
+        """``fn`` applied to ``values``; log decays stay real (a cast to complex applies to the maps only)."""
+        values = fn(self.values)
+        return self._like(values.real if self.kind == "log" and values.is_complex() else values)
+
+    def cast(self, dtype: torch.dtype) -> Transitions:
+        """In a matrix of ``dtype``: log decays take its real dtype."""
+        target = (dtype.to_real() if dtype.is_complex else dtype) if self.kind == "log" else dtype
+        return self if self.dtype == target else self._like(self.values.to(target))
+
+    # --- products of consecutive steps -------------------------------------------------------------
+    def prefix(self) -> Transitions:
+        """``Phi_t = A_t ... A_0`` along the time axis (for the log kind: cumulative sums of logs)."""
+        if self.kind == "log":
+            return self._like(torch.cumsum(self.values, dim=-1))
+        if self.kind != "dense":
+            return self._like(torch.cumprod(self.values, dim=self._axis))
+        phi = [self.values.select(self._axis, 0)]
+        for t in range(1, self.length):
+            phi.append(self.values.select(self._axis, t) @ phi[-1])
+        return self._like(torch.stack(phi, dim=self._axis))
+
+    def suffix(self) -> Transitions:
+        """``Psi_t = A_end ... A_{t+1}`` (the identity at the last step)."""
+        rest = self.narrow(1, self.length - 1)
+        shape = list(self.values.shape)
+        shape[self._axis] = 1
+        one = self.identity().expand(shape)
+        if self.kind == "log":
+            sums = torch.flip(torch.cumsum(torch.flip(rest.values, (-1,)), -1), (-1,))
+            return self._like(torch.cat([sums, one], dim=-1))
+        if self.kind != "dense":
+            prods = torch.flip(torch.cumprod(torch.flip(rest.values, (self._axis,)), self._axis), (self._axis,))
+            return self._like(torch.cat([prods, one], dim=self._axis))
+        psi = [one.select(self._axis, 0)]
+        for t in range(self.length - 1, 0, -1):
+            psi.append(psi[-1] @ self.values.select(self._axis, t))
+        return self._like(torch.stack(psi[::-1], dim=self._axis))
+
+    def total(self) -> Transitions:
+        """``A_end ... A_0`` with the time axis removed: the last batch dim becomes the time axis."""
+        if self.kind == "log":
+            return self._like(self.values.sum(-1))
+        if self.kind != "dense":
+            return self._like(self.values.prod(self._axis))
+        return self.prefix().last()
+
+    def last(self) -> Transitions:
+        """The last step with the time axis removed: the last batch dim becomes the time axis."""
+        return self._like(self.values.select(self._axis, self.length - 1))
+
+    # --- application -------------------------------------------------------------------------------
+    def apply(self, h: torch.Tensor) -> torch.Tensor:
+        """``A_t h_t`` for states ``h (*, T, N, K)`` aligned with the time axis (broadcast over batch)."""
+        A = self.actual()
+        if self.kind in ("log", "scalar"):
+            return A[..., None, None].to(torch.promote_types(A.dtype, h.dtype)) * h
+        if self.kind == "diag":
+            return A[..., None] * h
+        return A @ h
+
+    def left_apply(self, c: torch.Tensor) -> torch.Tensor:
+        """``c_t^T A_t`` for row vectors ``c (*, T, N)`` aligned with the time axis."""
+        if self.kind == "dense":
+            return (c[..., None, :] @ self.actual())[..., 0, :]
+        A = self.actual()
+        return c * (A[..., None] if self.kind in ("log", "scalar") else A)
+
+    def step_factors(self) -> torch.Tensor:
+        """Per-step multipliers, time first, shaped to broadcast against a state ``(*, N, K)``."""
+        A = self.actual()
+        if self.kind in ("log", "scalar"):
+            A = A[..., None, None]
+        elif self.kind == "diag":
+            A = A[..., None]
+        return A.movedim(self._axis, 0)
+
+    def stepper(self) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
+        """``(u_t, a_t, h) -> u_t + A_t h`` for one factor ``a_t`` of :meth:`step_factors`."""
+        if self.kind == "dense":
+            return lambda u, a, h: u + a @ h
+        return torch.addcmul
+
+    # --- combining two recurrences -------------------------------------------------------------------
+    def block_diagonal(self, other: Transitions, n1: int, n2: int, batch) -> Transitions:
+        """``diag(A1_t, A2_t)``: the transitions of a sum of two recurrences (diagonal where both are)."""
+        d1, d2 = self.diagonals(n1), other.diagonals(n2)
+        if d1 is not None and d2 is not None:
+            dtype = torch.promote_types(d1.dtype, d2.dtype)
+            return Transitions(torch.cat([d1.to(dtype).expand(*batch, *d1.shape[-2:]),
+                                          d2.to(dtype).expand(*batch, *d2.shape[-2:])], -1), "diag")
+        A1, A2 = self.matrices(n1), other.matrices(n2)
+        dtype = torch.promote_types(A1.dtype, A2.dtype)
+        A1, A2 = A1.to(dtype).expand(*batch, *A1.shape[-3:]), A2.to(dtype).expand(*batch, *A2.shape[-3:])
+        return Transitions(torch.cat([torch.cat([A1, A1.new_zeros(*A1.shape[:-1], n2)], -1),
+                                      torch.cat([A2.new_zeros(*A2.shape[:-1], n1), A2], -1)], -2), "dense")
+
+    def kron(self, other: Transitions, n1: int, n2: int, batch) -> Transitions:
+        """``A1_t (x) A2_t``: the transitions of an elementwise product of two recurrences."""
+        if self.kind == "log" and other.kind == "log":
+            return Transitions(self.values + other.values, "log")
+        d1, d2 = self.diagonals(n1), other.diagonals(n2)
+        if d1 is not None and d2 is not None:
+            return Transitions((d1[..., :, None] * d2[..., None, :]).flatten(-2).expand(*batch, -1, n1 * n2), "diag")
+        A1, A2 = self.matrices(n1), other.matrices(n2)
+        K = (A1[..., :, None, :, None] * A2[..., None, :, None, :]).flatten(-4, -3).flatten(-2, -1)
+        return Transitions(K.expand(*batch, *K.shape[-3:]), "dense")

@@ -1,0 +1,86 @@
+"""Checking arguments: tensors from array-likes, finiteness, and the errors users see.
+
+Every check names the argument and the expected shape. Finiteness checks read the data and so
+synchronise with the device; a training loop that builds masks from trusted tensors can skip them
+with :func:`skip_finite_checks`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+__all__ = ["SingularMatrixError", "as_tensor", "check_finite", "skip_finite_checks", "finite_checks_enabled",
+           "broadcast_batch"]
+
+
+class SingularMatrixError(ValueError):
+    """Raised when a structured inverse or solve meets a singular matrix."""
+
+
+_STATE = threading.local()
+
+
+def finite_checks_enabled() -> bool:
+    """Whether constructors check their parameters for NaN and infinities (on by default)."""
+    return getattr(_STATE, "finite_checks", True)
+
+
+@contextlib.contextmanager
+def skip_finite_checks() -> Iterator[None]:
+    """Within the block, constructors skip the finiteness checks that need a host sync.
+
+    For training loops that build masks every step from tensors known to be finite (the checks
+    read the data back to the host, which stalls a GPU pipeline). Shape checks stay on.
+
+    Examples
+    --------
+    >>> import torch, structmat as sm
+    >>> with sm.skip_finite_checks():
+    ...     M = sm.OneSS(torch.zeros(4))
+    """
+    previous = finite_checks_enabled()
+    _STATE.finite_checks = False
+    try:
+        yield
+    finally:
+        _STATE.finite_checks = previous
+
+
+def as_tensor(x: Any, name: str, *, dtype: torch.dtype | None = None, device=None) -> torch.Tensor:
+    """``torch.as_tensor`` that keeps float64 and promotes integers and booleans to the default float dtype."""
+    if getattr(x, "__structured_matrix__", False):  # never densify one silently through __array__
+        raise TypeError(f"{name} must be array-like, got a structured matrix {type(x).__name__}")
+    try:
+        t = torch.as_tensor(x, dtype=dtype, device=device)
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise TypeError(f"{name} must be array-like numbers, got {type(x).__name__}") from err
+    if not (t.is_floating_point() or t.is_complex()):
+        t = t.to(torch.get_default_dtype())
+    return t
+
+
+def check_finite(x: torch.Tensor, name: str, *, allow_neg_inf: bool = False) -> None:
+    """Reject NaN and infinities (``-inf`` allowed where it means an exact zero decay)."""
+    if not finite_checks_enabled() or x.numel() == 0 or x.device.type == "meta":
+        return
+    if allow_neg_inf and not x.is_complex():
+        ok = ~(torch.isnan(x) | (x == float("inf"))).any()
+    else:
+        ok = torch.isfinite(x).all()
+    if not bool(ok):
+        allowed = " (-inf allowed)" if allow_neg_inf else ""
+        raise ValueError(f"{name} must be finite{allowed}; found NaN or inf")
+
+
+def broadcast_batch(*named: tuple[str, torch.Size | tuple[int, ...]]) -> torch.Size:
+    """``torch.broadcast_shapes`` of named batch shapes, with an error that names them."""
+    try:
+        return torch.broadcast_shapes(*(shape for _, shape in named))
+    except RuntimeError as err:
+        listing = ", ".join(f"{name} {tuple(shape)}" for name, shape in named)
+        raise ValueError(f"batch shapes do not broadcast: {listing}") from err

@@ -1,0 +1,48 @@
+"""scipy ``LinearOperator`` views of structured matrices (so scipy's iterative solvers work on them)."""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse.linalg
+import torch
+
+from structmat.core.base import StructuredMatrix
+
+__all__ = ["aslinearoperator"]
+
+
+def aslinearoperator(M: StructuredMatrix) -> scipy.sparse.linalg.LinearOperator:
+    """A 2-D structured matrix as a ``scipy.sparse.linalg.LinearOperator``.
+
+    ``matvec``/``matmat`` use the fast structured product, ``rmatvec`` the conjugate transpose,
+    so ``gmres``, ``cg``, ``eigs`` and ``svds`` work on any structured matrix.
+
+    Examples
+    --------
+    >>> import numpy as np, scipy.sparse.linalg as sla, torch, structmat as sm
+    >>> M = sm.OneSS.from_decays(torch.full((200,), 0.9, dtype=torch.float64))
+    >>> y = np.ones(200)
+    >>> x, info = sla.gmres(sm.aslinearoperator(M), y, rtol=1e-12)
+    >>> bool(np.allclose(np.asarray(M) @ x, y))
+    True
+    """
+    if not isinstance(M, StructuredMatrix):
+        raise TypeError(f"M must be a StructuredMatrix, got {type(M).__name__}")
+    if M.ndim != 2:
+        raise ValueError(f"aslinearoperator needs a 2-D matrix (no batch); got shape {tuple(M.shape)}")
+    MH = M.H
+
+    def apply(op, x):
+        x = torch.as_tensor(np.asarray(x), device=M.device)
+        with torch.no_grad():
+            return op.matmul(x).cpu().resolve_conj().numpy()
+
+    dtype = torch.empty(0, dtype=M.dtype).numpy().dtype
+    return scipy.sparse.linalg.LinearOperator(
+        tuple(M.shape),
+        matvec=lambda x: apply(M, x),
+        rmatvec=lambda x: apply(MH, x),
+        matmat=lambda X: apply(M, X),
+        rmatmat=lambda X: apply(MH, X),
+        dtype=dtype,
+    )

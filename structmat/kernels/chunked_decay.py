@@ -1,0 +1,97 @@
+"""The chunked-decay primitive: one entry point, a torch and a Triton implementation, one state layout.
+
+Per batch ``b`` and head ``h`` (group ``g = h // (H / G)``), with the state ``S_t`` of shape ``(P, N)``::
+
+    S_t = exp(log_a[b, t, h]) S_{t-1} + (scale[b, t, h] x[b, t, h]) B[b, t, g]^T,   S_{-1} = initial_state or 0
+    y[b, t, h] = S_t C[b, t, g] + D[h] x[b, t, h],     out = y * silu(z)
+
+Everything is ``[B, T, H, *]``; log decays are ``[B, T, H]``; states are ``(B, H, P, N)`` (chunk
+states ``(B, n_chunks, H, P, N)``) in every backend. ``structmat.ssd`` maps Mamba-2's
+``(x, dt, A, B, C)`` onto it as ``(x, dt A, B, C, scale=dt)``; ``structmat.sma`` with a 1-SS mask
+as ``(v, log_a, k b, q c)``. The Triton kernels run on CUDA when the log decays are finite and
+``<= 0`` (:func:`triton_applies`); the torch implementation runs everything else.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+
+import torch
+
+from structmat.kernels.decay_torch import decay_chunked_torch
+
+__all__ = ["chunked_decay", "triton_applies", "states_after", "BACKENDS", "TORCH_CHUNK"]
+
+BACKENDS = ("auto", "torch", "triton")
+
+#: Default chunk of the torch implementation per device: on the CPU the ``L x L`` intra-chunk
+#: products dominate and 64 is about 3x faster than 256 at T = 4096 (``benchmarks/NOTES_sma.md``);
+#: on a GPU longer chunks mean fewer launches of the state pass.
+TORCH_CHUNK = {"cpu": 64, "cuda": 256}
+
+
+@functools.lru_cache(maxsize=1)
+def triton_installed() -> bool:
+    """Triton is an optional dependency (the ``gpu`` extra; CUDA builds of torch bring it)."""
+    return importlib.util.find_spec("triton") is not None
+
+
+def triton_applies(x: torch.Tensor, log_a: torch.Tensor, B: torch.Tensor, C: torch.Tensor) -> bool:
+    """The Triton kernels take CUDA tensors with real data and finite log decays ``<= 0`` (one host sync)."""
+    if not x.is_cuda or any(t.is_complex() for t in (x, B, C)) or not triton_installed():
+        return False
+    return bool(torch.isfinite(log_a).all() and (log_a <= 0).all())
+
+
+def chunked_decay(x, log_a, B, C, *, scale=None, D=None, z=None, initial_state=None, seq_idx=None,
+                  chunk_size: int | None = None, backend: str = "auto", return_chunk_states: bool = False):
+    """The decay recurrence of the module docstring, chunked; returns ``(out, final_state)`` and, with
+    ``return_chunk_states``, the states entering every chunk ``(B, n_chunks, H, P, N)``.
+
+    ``backend="auto"`` takes the Triton kernels where :func:`triton_applies`, else torch.
+
+    Examples
+    --------
+    >>> import torch
+    >>> x, B, C = torch.ones(1, 3, 1, 1), torch.ones(1, 3, 1, 1), torch.ones(1, 3, 1, 1)
+    >>> out, state = chunked_decay(x, torch.full((1, 3, 1), -0.5), B, C, chunk_size=2)
+    >>> out[0, :, 0, 0], state.shape
+    (tensor([1.0000, 1.6065, 1.9744]), torch.Size([1, 1, 1, 1]))
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}; got {backend!r}")
+    if backend == "auto":
+        backend = "triton" if triton_applies(x, log_a, B, C) else "torch"
+    kw = dict(scale=scale, D=D, z=z, initial_state=initial_state, seq_idx=seq_idx, return_chunk_states=return_chunk_states)
+    if backend == "triton":  # imported on first use: `import structmat` works without Triton
+        from structmat.kernels.decay_triton import decay_chunked_triton
+
+        return decay_chunked_triton(x, log_a, B, C, chunk_size=chunk_size or 256, **kw)
+    return decay_chunked_torch(x, log_a, B, C, chunk_size=chunk_size or TORCH_CHUNK.get(x.device.type, 256), **kw)
+
+
+def states_after(x, log_a, B, chunk_states, positions, *, scale=None, seq_idx=None, chunk_size: int) -> torch.Tensor:
+    """The states right after ``positions`` of batch row 0, ``(len(positions), H, P, N)`` float32
+    (float64 inputs stay float64), from the states entering the chunks (the per-sequence final
+    states of packed sequences). ``O(L)`` work per position."""
+    h = x.shape[2]
+    work = torch.float64 if x.dtype == torch.float64 else torch.float32
+    Bh = B.repeat_interleave(h // B.shape[2], dim=2).to(work)
+    s = torch.ones_like(log_a, dtype=work) if scale is None else scale.to(work)
+    out = []
+    for t in positions:
+        c = t // chunk_size
+        start = c * chunk_size
+        steps = slice(start, t + 1)
+        la = log_a[0, steps].to(work)  # (k, h)
+        inclusive = torch.flip(torch.cumsum(torch.flip(la, (0,)), 0), (0,))  # sums over [j, t]
+        after = torch.cat([inclusive[1:], torch.zeros_like(la[:1])])  # over (j, t]: no difference of sums
+        w = torch.exp(after) * s[0, steps]
+        carried = torch.exp(la.sum(0))[:, None, None] * chunk_states[0, c].to(work)
+        if seq_idx is not None:
+            same = (seq_idx[0, steps] == seq_idx[0, t]).to(work)
+            w = w * same[:, None]
+            carried = carried * (seq_idx[0, max(start - 1, 0)] == seq_idx[0, t]).to(work)
+        out.append(torch.einsum("kh,khp,khn->hpn", w, x[0, steps].to(work), Bh[0, steps]) + carried)
+    return torch.stack(out) if out else x.new_zeros(0, h, x.shape[3], B.shape[3], dtype=work)

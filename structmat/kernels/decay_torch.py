@@ -1,0 +1,103 @@
+"""The chunked decay recurrence in pure torch (the ``"torch"`` backend): any device, autograd throughout.
+
+The sequence is cut into chunks of ``L``. Inside a chunk the output is the quadratic form
+``(C B^T o exp(segsum(log_a)) o s) x``; across chunks it flows through the ``(P, N)`` states,
+passed from chunk to chunk by a short recurrence. Decay products are segment sums of ``log_a``
+(masked cumulative sums), never differences of long cumulative sums; ``-inf`` decays (exact cuts)
+and positive log decays are allowed. Same contract as :func:`structmat.kernels.decay_naive.decay_naive`.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from structmat.linalg.segsum import segsum
+
+__all__ = ["decay_chunked_torch"]
+
+
+def _chunks(t: torch.Tensor, L: int, *, edge: bool = False) -> torch.Tensor:
+    """``(b, l, ...) -> (b, c, L, ...)``, padded at the end with zeros (or the last value)."""
+    pad = (-t.shape[1]) % L
+    if pad:
+        fill = t[:, -1:].expand(t.shape[0], pad, *t.shape[2:]) if edge else t.new_zeros(t.shape[0], pad, *t.shape[2:])
+        t = torch.cat([t, fill], dim=1)
+    return t.reshape(t.shape[0], -1, L, *t.shape[2:])
+
+
+def _work_dtype(*tensors) -> torch.dtype:
+    """float32 (float64 stays float64), complex where an input is complex."""
+    work = torch.float64 if any(t.dtype in (torch.float64, torch.complex128) for t in tensors) else torch.float32
+    for t in tensors:
+        if t.dtype.is_complex:
+            work = torch.promote_types(work, t.dtype)
+    return work
+
+
+def _masks(seq_idx, L, real):
+    """Per chunk: which pairs share a sequence, which steps survive to the chunk end, and whether the
+    entering state belongs to each step's sequence (all ones without ``seq_idx``)."""
+    sidx = _chunks(seq_idx, L, edge=True)  # (b, c, L); padded steps continue the last sequence
+    same = (sidx[:, None, :, :, None] == sidx[:, None, :, None, :])  # (b, 1, c, L, L)
+    survives = (sidx[:, :, -1:] == sidx)[:, None].to(real)  # (b, 1, c, L)
+    prev_end = torch.cat([sidx[:, :1, :1], sidx[:, :-1, -1:]], dim=1)
+    continues = (sidx == prev_end)[:, None].to(real)  # (b, 1, c, L)
+    return same, survives, continues
+
+
+def decay_chunked_torch(x, log_a, B, C, *, scale=None, D=None, z=None, initial_state=None, seq_idx=None,
+                        chunk_size: int = 64, return_chunk_states: bool = False):
+    """Chunked decay recurrence; returns ``(out, final_state)`` (and the states entering every chunk,
+    ``(b, c, h, p, n)``, with ``return_chunk_states``).
+
+    Shapes: ``x (b, l, h, p)``, ``log_a (b, l, h)``, ``B, C (b, l, g, n)``, ``scale (b, l, h)``,
+    ``D (h,)`` or ``(h, p)``, ``z`` like ``x``, ``initial_state (b, h, p, n)``, ``seq_idx (b, l)``
+    non-decreasing. Computes in float32 (float64 stays float64, complex inputs make it complex);
+    ``out`` has the dtype of ``x``, the states the working dtype. ``O(b h l L (n + p))`` work.
+    """
+    b, l, h, p = x.shape
+    g, n = B.shape[2], B.shape[3]
+    work = _work_dtype(x, B, C)
+    if l == 0:  # no steps: the initial state passes through
+        state = x.new_zeros(b, h, p, n, dtype=work) if initial_state is None else initial_state.to(work)
+        out = x.new_zeros(x.shape, dtype=torch.promote_types(x.dtype, work) if work.is_complex else x.dtype)
+        return (out, state, x.new_zeros(b, 0, h, p, n, dtype=work)) if return_chunk_states else (out, state)
+    real = work.to_real() if work.is_complex else work
+    L = chunk_size
+    Bh = _chunks(B.to(work).repeat_interleave(h // g, dim=2), L)  # (b, c, L, h, n)
+    Ch = _chunks(C.to(work).repeat_interleave(h // g, dim=2), L)
+    xc = _chunks(x.to(work), L)  # (b, c, L, h, p)
+    s = torch.ones_like(log_a, dtype=real) if scale is None else scale.to(real)
+    sc = _chunks(s, L).permute(0, 3, 1, 2)  # (b, h, c, L)
+    la = _chunks(log_a.to(real), L).permute(0, 3, 1, 2)  # (b, h, c, L)
+    seg = segsum(la)  # (b, h, c, L, L)
+    survives = continues = 1.0
+    if seq_idx is not None:
+        same, survives, continues = _masks(seq_idx, L, real)
+        seg = seg.masked_fill(~same, float("-inf"))
+    decay = torch.exp(seg)
+    # pairwise contractions in a fixed order: a many-operand einsum may broadcast C against B
+    # before contracting n, an (L x L x N) intermediate per chunk
+    scores = torch.einsum("bclhn,bcshn->bhcls", Ch, Bh) * (decay * sc[..., None, :]).to(work)
+    y = torch.einsum("bhcls,bcshp->bclhp", scores, xc)
+
+    to_end = decay[..., -1, :] * survives * sc  # (b, h, c, L): source step to the chunk end
+    chunk_states = torch.einsum("bcshn,bcshp->bchpn", Bh, xc * to_end.permute(0, 2, 3, 1)[..., None].to(work))
+    from_start = torch.exp(torch.cumsum(la, dim=-1)) * continues  # (b, h, c, L): chunk start to step
+    chunk_decay = from_start[..., -1]  # (b, h, c)
+
+    state = x.new_zeros(b, h, p, n, dtype=work) if initial_state is None else initial_state.to(work)
+    entering = []
+    for c in range(xc.shape[1]):
+        entering.append(state)
+        state = chunk_decay[:, :, c, None, None].to(work) * state + chunk_states[:, c]
+    entering = torch.stack(entering, dim=1)  # (b, c, h, p, n)
+    y = y + torch.einsum("bclhn,bchpn->bclhp", Ch, entering) * from_start.permute(0, 2, 3, 1)[..., None].to(work)
+    y = y.reshape(b, -1, h, p)[:, :l]
+    if D is not None:
+        y = y + x.to(work) * (D if D.dim() == 2 else D[:, None]).to(work)
+    if z is not None:
+        y = y * F.silu(z.to(work))
+    out = y.to(x.dtype) if not (y.is_complex() and not x.is_complex()) else y
+    return (out, state, entering) if return_chunk_states else (out, state)

@@ -1,0 +1,72 @@
+"""FFT products: convolutions, circulant and Toeplitz matrices applied through ``torch.fft``.
+
+A ``T x S`` Toeplitz matrix embeds in a circulant of length ``n >= T + S - 1``; a circulant is
+diagonalised by the DFT, so its product with ``K`` columns costs two FFTs of length ``n`` per
+column (real FFTs for real data).
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["fft_length", "circular_apply", "linear_convolution", "circulant_spectrum", "toeplitz_matmat"]
+
+
+def fft_length(n: int) -> int:
+    """The FFT length used for a linear convolution of ``n`` terms: the next power of two."""
+    return 1 << max(n - 1, 0).bit_length()
+
+
+def circular_apply(Xt: torch.Tensor, spectrum: torch.Tensor, n: int, complex_: bool) -> torch.Tensor:
+    """``ifft(spectrum * fft(Xt, n), n)`` along the last axis (real transforms unless ``complex_``).
+
+    ``Xt (*, K, S)`` with ``S <= n`` (zero-padded to ``n``); ``spectrum (*, n)``, or ``(*, n // 2 + 1)``
+    for real transforms, broadcast over ``K``. Returns ``(*, K, n)``. The transform of ``Xt`` is
+    multiplied in place when the shapes allow (it has no other use), saving a pass and an allocation.
+    """
+    batch = torch.broadcast_shapes(Xt.shape[:-2], spectrum.shape[:-1])
+    if Xt.numel() == 0 or 0 in batch:  # torch's FFT refuses empty batches
+        dtype = torch.promote_types(Xt.dtype, spectrum.dtype) if complex_ else Xt.dtype
+        return Xt.new_zeros((*batch, Xt.shape[-2], n), dtype=dtype)
+    F = torch.fft.fft(Xt, n) if complex_ else torch.fft.rfft(Xt, n)
+    S = spectrum[..., None, :]
+    in_place = torch.broadcast_shapes(F.shape, S.shape) == F.shape and torch.result_type(F, S) == F.dtype
+    F = F.mul_(S) if in_place else F * S
+    return torch.fft.ifft(F, n) if complex_ else torch.fft.irfft(F, n)
+
+
+def linear_convolution(a: torch.Tensor, b: torch.Tensor, n_out: int) -> torch.Tensor:
+    """First ``n_out`` terms of the linear convolution of ``a`` and ``b`` along the last axis (FFT).
+
+    Examples
+    --------
+    >>> linear_convolution(torch.tensor([1.0, 1.0]), torch.tensor([1.0, 2.0]), 3)
+    tensor([1., 3., 2.])
+    """
+    n = fft_length(a.shape[-1] + b.shape[-1] - 1)
+    if a.is_complex() or b.is_complex():
+        return torch.fft.ifft(torch.fft.fft(a, n) * torch.fft.fft(b, n), n)[..., :n_out]
+    return torch.fft.irfft(torch.fft.rfft(a, n) * torch.fft.rfft(b, n), n)[..., :n_out]
+
+
+def circulant_spectrum(c: torch.Tensor, r: torch.Tensor, complex_: bool) -> torch.Tensor:
+    """FFT of the first column of the circulant (length a power of two >= ``T + S - 1``) that
+    embeds ``Toeplitz(c, r)``: ``c``, zeros, then ``r[S-1], ..., r[1]``; ``rfft`` unless ``complex_``."""
+    T, S = c.shape[-1], r.shape[-1]
+    n = fft_length(T + S - 1)
+    batch = torch.broadcast_shapes(c.shape[:-1], r.shape[:-1])
+    col = torch.cat([c.expand(*batch, T), c.new_zeros(*batch, n - T - S + 1),
+                     torch.flip(r[..., 1:], (-1,)).expand(*batch, S - 1)], dim=-1)
+    if col.numel() == 0:
+        return col.new_zeros(*batch, n if complex_ else n // 2 + 1, dtype=torch.promote_types(col.dtype, torch.complex64))
+    return torch.fft.fft(col, n) if complex_ else torch.fft.rfft(col, n)
+
+
+def toeplitz_matmat(c: torch.Tensor, r: torch.Tensor, X: torch.Tensor, spectrum: torch.Tensor | None = None) -> torch.Tensor:
+    """``Toeplitz(c, r) @ X`` for ``c (*, T)``, ``r (*, S)``, ``X (*, S, K)`` by one circulant FFT product
+    (``spectrum``: :func:`circulant_spectrum`, if already computed)."""
+    T, S = c.shape[-1], r.shape[-1]
+    n = fft_length(T + S - 1)
+    complex_ = c.is_complex() or r.is_complex() or X.is_complex()
+    spectrum = circulant_spectrum(c, r, complex_) if spectrum is None else spectrum
+    return circular_apply(X.transpose(-1, -2), spectrum, n, complex_)[..., :T].transpose(-1, -2)

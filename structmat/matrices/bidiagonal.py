@@ -1,0 +1,94 @@
+"""Bidiagonal matrices (the inverses of 1-SS matrices)."""
+
+from __future__ import annotations
+
+import torch
+
+from structmat.core.base import StructuredMatrix
+from structmat.core.validation import as_tensor, broadcast_batch, check_finite
+from structmat.matrices.sss import SSS
+
+__all__ = ["Bidiagonal"]
+
+
+class Bidiagonal(StructuredMatrix):
+    """Lower bidiagonal ``M[t, t] = diag[t]``, ``M[t + 1, t] = sub[t]`` (with ``lower=False`` the
+    transpose: ``M[t, t + 1] = sub[t]``).
+
+    Parameters
+    ----------
+    diag : array_like, shape ``(*, T)``
+    sub : array_like, shape ``(*, T - 1)``
+        The sub-diagonal of the lower matrix (the super-diagonal of the upper one).
+    lower : bool
+
+    Notes
+    -----
+    Matvec ``O(T K)``; ``inv()`` is a :class:`~structmat.OneSS` (with ``b``), ``O(T)``.
+    As an SSS it has order 2 (``to_sss``): with ``M[j, i] = C_j^T A_j ... A_{i+1} B_i`` the
+    output always passes through ``A_j``, so a lone subdiagonal needs a two-state shift register.
+
+    Examples
+    --------
+    >>> import torch, structmat as sm
+    >>> M = sm.Bidiagonal(torch.ones(3), -0.5 * torch.ones(2))
+    >>> M.inv().to_dense()
+    tensor([[1.0000, 0.0000, 0.0000],
+            [0.5000, 1.0000, 0.0000],
+            [0.2500, 0.5000, 1.0000]])
+    """
+
+    order = 2
+
+    def __init__(self, diag, sub, *, lower: bool = True):
+        diag = as_tensor(diag, "diag")
+        sub = as_tensor(sub, "sub", device=diag.device)
+        if diag.dim() < 1 or sub.dim() != diag.dim() or sub.shape[-1] != max(diag.shape[-1] - 1, 0):
+            raise ValueError(f"diag and sub must have shapes (*, T) and (*, T-1); got {tuple(diag.shape)} and {tuple(sub.shape)}")
+        batch = broadcast_batch(("diag", diag.shape[:-1]), ("sub", sub.shape[:-1]))
+        check_finite(diag, "diag")
+        check_finite(sub, "sub")
+        dtype = torch.promote_types(diag.dtype, sub.dtype)
+        self.diag, self.sub, self.lower = diag.to(dtype), sub.to(dtype), bool(lower)
+        T = diag.shape[-1]
+        super().__init__((*batch, T, T), dtype, diag.device)
+
+    def matvec_flops(self, K: int) -> float:
+        return 3.0 * K * self.shape[-1]
+
+    def diagonal(self) -> torch.Tensor:
+        return self.diag.expand(self.shape[:-1])
+
+    def to_dense(self) -> torch.Tensor:
+        dense = torch.diag_embed(self.diag) + torch.diag_embed(self.sub, offset=-1 if self.lower else 1)
+        return dense.expand(self.shape)
+
+    def _matmat(self, X: torch.Tensor) -> torch.Tensor:
+        pad = (0, 0, 1, 0) if self.lower else (0, 0, 0, 1)
+        shifted = self.sub[..., None] * (X[..., :-1, :] if self.lower else X[..., 1:, :])
+        return self.diag[..., None] * X + torch.nn.functional.pad(shifted, pad)
+
+    def _map(self, fn) -> Bidiagonal:
+        return Bidiagonal(fn(self.diag), fn(self.sub), lower=self.lower)
+
+    @property
+    def T(self) -> Bidiagonal:
+        return Bidiagonal(self.diag, self.sub, lower=not self.lower)
+
+    def _scale(self, s) -> Bidiagonal:
+        return Bidiagonal(self.diag * s, self.sub * s, lower=self.lower)
+
+    def to_sss(self) -> SSS:
+        """The same matrix as an order-2 :class:`~structmat.SSS` (shift register)."""
+        T, batch = self.shape[-1], self.batch_shape
+        shift = torch.tensor([[0.0, 0.0], [1.0, 0.0]], dtype=self.dtype, device=self.device)
+        B = torch.tensor([1.0, 0.0], dtype=self.dtype, device=self.device)
+        sub = torch.cat([self.sub.new_zeros(*self.sub.shape[:-1], min(T, 1)), self.sub], dim=-1)
+        C = torch.stack([torch.zeros_like(sub), sub], dim=-1)
+        return SSS(shift.expand(*batch, T, 2, 2), B.expand(*batch, T, 2), C.expand(*batch, T, 2),
+                   self.diag.expand(*batch, T), lower=self.lower)
+
+    def solve(self, Y) -> torch.Tensor:
+        """Solve ``M X = Y`` through the exact inverse (a 1-SS scan), ``O(T K)``."""
+        self._check_square("solve()")
+        return self.inv().matmul(Y)

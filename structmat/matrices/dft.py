@@ -1,0 +1,115 @@
+"""The DFT matrix as a mask (the Fourier SMA of Mamba-2, Fig. 3)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from structmat.core.base import StructuredMatrix
+
+__all__ = ["DFT"]
+
+_PARTS = ("full", "real", "imag")
+
+
+class DFT(StructuredMatrix):
+    """The DFT matrix as a mask: ``L[t, s] = scale * exp(-2 pi i t s / T)`` (``+`` if ``inverse``).
+
+    ``part="real"`` / ``"imag"`` select ``scale * Re(.)`` / ``scale * Im(.)`` of the unscaled matrix:
+    the cosine and sine masks (``DFT(T).real``). Matvec by FFT, ``O(T log T)``; ``inv()`` of the full
+    matrix is exact: ``DFT(T, inverse=True, scale=1/T)``.
+
+    Examples
+    --------
+    >>> import torch, structmat as sm
+    >>> F = sm.DFT(4)
+    >>> torch.allclose(F @ torch.ones(4, dtype=torch.complex64), torch.tensor([4, 0, 0, 0], dtype=torch.complex64))
+    True
+    >>> torch.allclose((F.inv() @ F).to_dense(), torch.eye(4, dtype=torch.complex64), atol=1e-6)
+    True
+    """
+
+    order = None
+
+    def __init__(self, T: int, inverse: bool = False, *, scale: complex = 1.0, part: str = "full",
+                 dtype: torch.dtype = torch.complex64, device=None):
+        if isinstance(T, bool) or int(T) != T or int(T) < 0:
+            raise ValueError(f"T must be a non-negative integer; got {T!r}")
+        if part not in _PARTS:
+            raise ValueError(f"part must be one of {_PARTS}; got {part!r}")
+        if not dtype.is_complex:
+            dtype = torch.promote_types(dtype, torch.complex64)
+        self.n, self.inverse, self.scale, self.part = int(T), bool(inverse), scale, part
+        self._complex = dtype
+        real = part != "full" and not isinstance(scale, complex)
+        super().__init__((self.n, self.n), dtype.to_real() if real else dtype, torch.device(device or "cpu"))
+
+    def _with(self, **changes) -> DFT:
+        kw = dict(T=self.n, inverse=self.inverse, scale=self.scale, part=self.part, dtype=self._complex, device=self.device)
+        kw.update(changes)
+        return DFT(kw.pop("T"), kw.pop("inverse"), **kw)
+
+    @property
+    def real(self) -> DFT:
+        """Cosine mask ``Re(L)`` (of the unscaled matrix, times ``scale``)."""
+        return self._with(part="real")
+
+    @property
+    def imag(self) -> DFT:
+        """Sine mask ``Im(L)`` (of the unscaled matrix, times ``scale``)."""
+        return self._with(part="imag")
+
+    def matvec_flops(self, K: int) -> float:
+        n = self.shape[-2] + self.shape[-1]
+        return 10.0 * K * n * math.log2(max(n, 2))
+
+    def diagonal(self) -> torch.Tensor:
+        t = torch.arange(self.n, device=self.device, dtype=torch.int64)
+        return self._entries((t * t) % self.n)
+
+    def _entries(self, ts_mod: torch.Tensor) -> torch.Tensor:
+        """Entries for products ``t s mod T`` (exact integers, so the angle is exact to rounding)."""
+        sign = 1.0 if self.inverse else -1.0
+        angle = sign * 2 * math.pi * ts_mod.to(torch.float64) / max(self.n, 1)
+        unit = torch.polar(torch.ones_like(angle), angle)
+        part = {"full": unit, "real": unit.real, "imag": unit.imag}[self.part]
+        return (self.scale * part).to(self.dtype)
+
+    def to_dense(self) -> torch.Tensor:
+        t = torch.arange(self.n, device=self.device, dtype=torch.int64)
+        return self._entries(torch.outer(t, t) % max(self.n, 1))
+
+    def _full(self, X: torch.Tensor) -> torch.Tensor:
+        X = X.to(self._complex)
+        if X.numel() == 0:
+            return X.clone()
+        return torch.fft.ifft(X, dim=-2, norm="forward") if self.inverse else torch.fft.fft(X, dim=-2)
+
+    def _matmat(self, X: torch.Tensor) -> torch.Tensor:
+        if self.part == "full":
+            return self.scale * self._full(X)
+        # Re(L) X = (L X + conj(L) X) / 2 and conj(L) X = conj(L conj(X))
+        both = self._full(X), self._full(X.conj()).conj()
+        out = (both[0] + both[1]) / 2 if self.part == "real" else (both[0] - both[1]) / 2j
+        out = out if (X.is_complex() or self.dtype.is_complex) else out.real
+        return (self.scale * out).to(torch.promote_types(self.dtype, X.dtype))
+
+    def _map(self, fn) -> DFT:
+        probe = fn(torch.zeros((), dtype=self._complex, device=self.device))
+        return self._with(dtype=probe.dtype, device=probe.device)
+
+    @property
+    def T(self) -> DFT:
+        return self  # symmetric
+
+    def conj(self) -> DFT:
+        """``conj(L)``: the transform of the opposite sign (full), else the same part with ``conj(scale)``."""
+        scale = self.scale.conjugate() if isinstance(self.scale, complex) else self.scale
+        if self.part == "full":
+            return self._with(inverse=not self.inverse, scale=scale)
+        return self._with(scale=scale)
+
+    def _scale(self, s) -> DFT:
+        s = s.item() if torch.is_tensor(s) else s
+        return self._with(scale=self.scale * s)

@@ -1,0 +1,132 @@
+"""Quasiseparable (bidirectional) masks: a strictly-lower SSS, a strictly-upper SSS, a free diagonal.
+
+These are the Hydra and LION masks: ``M = tril(M_F, -1) + triu(J M_B J, 1) + diag(d)``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from structmat.core.base import StructuredMatrix
+from structmat.core.validation import as_tensor, broadcast_batch, check_finite
+from structmat.linalg.quasiseparable_lu import quasiseparable_lu
+from structmat.matrices.sss import SSS
+
+__all__ = ["Quasiseparable"]
+
+
+def strict_part(M: SSS) -> SSS:
+    """The strictly triangular part of ``M``: the same generators with an explicit zero diagonal."""
+    G = M.generators.expand(M.batch_shape)
+    return SSS(G.A, G.B, G.C, torch.zeros(M.shape[:-1], dtype=M.dtype, device=M.device), lower=M.lower)
+
+
+class Quasiseparable(StructuredMatrix):
+    """``M = strictly_lower(lower) + strictly_upper(upper) + diag(diag)``; orders ``(n_l, n_u)``.
+
+    Parameters
+    ----------
+    lower : SSS or OneSS (lower)
+        Its strictly-lower part is used.
+    upper : SSS or OneSS with ``lower=False`` (e.g. ``M.T`` of a lower one)
+        Its strictly-upper part is used.
+    diag : array_like, shape ``(*, T)``
+
+    Notes
+    -----
+    Matvec: one forward and one backward scan, ``O(T (n_l + n_u) K)`` for diagonal transitions.
+    ``+`` and ``@`` with ``Quasiseparable``, ``SSS``, ``OneSS`` and ``Diagonal`` stay quasiseparable
+    (orders add); ``inv()`` keeps the orders (structured LU, then ``U^{-1} L^{-1}``).
+
+    Examples
+    --------
+    >>> import torch, structmat as sm
+    >>> fwd = sm.OneSS.decay(0.5, 4)
+    >>> M = sm.Quasiseparable.bidirectional(fwd, fwd)  # LION: M_F + J M_B J - I
+    >>> M.to_dense()
+    tensor([[1.0000, 0.5000, 0.2500, 0.1250],
+            [0.5000, 1.0000, 0.5000, 0.2500],
+            [0.2500, 0.5000, 1.0000, 0.5000],
+            [0.1250, 0.2500, 0.5000, 1.0000]])
+    """
+
+    def __init__(self, lower: SSS, upper: SSS, diag):
+        if not isinstance(lower, SSS) or not lower.lower:
+            raise TypeError("lower must be a lower SSS or OneSS")
+        if not isinstance(upper, SSS) or upper.lower:
+            raise TypeError("upper must be an upper SSS or OneSS (lower=False, e.g. M.T)")
+        if lower.shape[-1] != upper.shape[-1]:
+            raise ValueError(f"lower and upper must have the same T; got {lower.shape[-1]} and {upper.shape[-1]}")
+        d = as_tensor(diag, "diag", device=lower.device)
+        if d.dim() < 1 or d.shape[-1] != lower.shape[-1]:
+            raise ValueError(f"diag must have shape (*, T) with T={lower.shape[-1]}; got {tuple(d.shape)}")
+        check_finite(d, "diag")
+        batch = broadcast_batch(("lower", lower.batch_shape), ("upper", upper.batch_shape), ("diag", d.shape[:-1]))
+        dtype = torch.promote_types(torch.promote_types(lower.dtype, upper.dtype), d.dtype)
+        self.lower_part = strict_part(lower.to(dtype))
+        self.upper_part = strict_part(upper.to(dtype))
+        self.diag = d.to(dtype)
+        T = d.shape[-1]
+        super().__init__((*batch, T, T), dtype, d.device)
+
+    @classmethod
+    def bidirectional(cls, forward: SSS, backward: SSS, diag=None) -> Quasiseparable:
+        """LION / Hydra mask from two lower masks: ``backward`` runs over the reversed sequence.
+
+        With ``J`` the reversal the strictly-upper part is that of ``J M_B J``; ``diag=None`` keeps
+        the diagonal of ``forward`` (for unit diagonals ``M = M_F + J M_B J - I``).
+        """
+        if not (isinstance(forward, SSS) and forward.lower and isinstance(backward, SSS) and backward.lower):
+            raise TypeError("forward and backward must be lower SSS/OneSS masks")
+        return cls(forward, backward.reverse(), forward.diagonal() if diag is None else diag)
+
+    @property
+    def order(self) -> tuple[int, int]:
+        return (self.lower_part.order, self.upper_part.order)
+
+    def diagonal(self) -> torch.Tensor:
+        return self.diag.expand(self.shape[:-1])
+
+    def matvec_flops(self, K: int) -> float:
+        return self.lower_part.matvec_flops(K) + self.upper_part.matvec_flops(K) + K * self.shape[-1]
+
+    def to_dense(self) -> torch.Tensor:
+        return self.lower_part.to_dense() + self.upper_part.to_dense() + torch.diag_embed(self.diag)
+
+    def _matmat(self, X: torch.Tensor) -> torch.Tensor:
+        return self.lower_part.matmul(X) + self.upper_part.matmul(X) + self.diag[..., None] * X
+
+    def _map(self, fn) -> Quasiseparable:
+        return Quasiseparable(self.lower_part._map(fn), self.upper_part._map(fn), fn(self.diag))
+
+    @property
+    def T(self) -> Quasiseparable:
+        return Quasiseparable(self.upper_part.T, self.lower_part.T, self.diag)
+
+    def _scale(self, s) -> Quasiseparable:
+        return Quasiseparable(self.lower_part * s, self.upper_part * s, self.diag * s)
+
+    def compress(self, tol: float | None = None) -> Quasiseparable:
+        """Minimal orders for both triangular parts (see :meth:`SSS.compress`)."""
+        return Quasiseparable(self.lower_part.compress(tol), self.upper_part.compress(tol), self.diag)
+
+    def tril(self) -> SSS:
+        """Lower triangle with the diagonal, as an SSS of order ``n_l``."""
+        G = self.lower_part.generators.expand(self.batch_shape)
+        return SSS(G.A, G.B, G.C, self.diagonal())
+
+    def triu(self) -> SSS:
+        """Upper triangle with the diagonal, as an upper SSS of order ``n_u``."""
+        G = self.upper_part.generators.expand(self.batch_shape)
+        return SSS(G.A, G.B, G.C, self.diagonal(), lower=False)
+
+    def solve(self, Y) -> torch.Tensor:
+        """Solve ``M X = Y`` through the structured inverse."""
+        self._check_square("solve()")
+        return self.inv().matmul(Y)
+
+    def lu(self) -> tuple[SSS, SSS]:
+        """``M = L U``: unit lower SSS of order ``n_l`` and upper SSS of order ``n_u`` (no pivoting;
+        :func:`structmat.linalg.quasiseparable_lu.quasiseparable_lu`)."""
+        L, U = quasiseparable_lu(self.lower_part.generators, self.upper_part.generators, self.diag, self.batch_shape)
+        return SSS(L.A, L.B, L.C, L.D), SSS(U.A, U.B, U.C, U.D, lower=False)

@@ -1,0 +1,172 @@
+"""N-semiseparable matrices in sequentially-semiseparable (SSS) form (Mamba-2, Def. 3.2)."""
+
+from __future__ import annotations
+
+import torch
+
+from structmat.core.base import StructuredMatrix
+from structmat.core.transitions import Transitions
+from structmat.core.validation import as_tensor, broadcast_batch, check_finite
+from structmat.linalg.block_solve import block_solve
+from structmat.linalg.realization import minimal_realization
+from structmat.linalg.semiseparable import Generators
+
+__all__ = ["SSS"]
+
+
+class SSS(StructuredMatrix):
+    """Lower (or upper) N-semiseparable matrix in SSS form.
+
+    ``M[j, i] = C_j^T A_j ... A_{i+1} B_i`` for ``j > i``, ``D_i`` (or ``C_i^T B_i``) on the
+    diagonal, zero above; ``y = M x`` is the recurrence ``h_t = A_t h_{t-1} + B_t x_t``,
+    ``y_t = C_t^T A_t h_{t-1} + D_t x_t``. The upper mirror (``lower=False``) is the transpose of
+    the lower matrix with the same parameters.
+
+    Parameters
+    ----------
+    A : array_like, shape ``(*, T)``, ``(*, T, N)`` or ``(*, T, N, N)``, or a ``Transitions``
+        Scalar, diagonal or dense transitions. ``A[..., 0, ...]`` is unused.
+    B, C : array_like, shape ``(*, T, N)``
+        Input and output maps.
+    D : array_like, shape ``(*, T)``, optional
+        Explicit diagonal; by default the diagonal is ``C_i^T B_i``.
+    lower : bool
+        ``False`` gives the upper mirror.
+
+    All parameters share the number of batch dims (sizes broadcast). ``order == N``.
+
+    Notes
+    -----
+    Matvec ``O(T N K)`` for scalar and diagonal ``A``, ``O(T N^2 K)`` for dense ``A``; memory
+    ``O(T N K)``. ``solve`` is a block forward substitution, ``O(T (L + N) K)``.
+
+    Examples
+    --------
+    >>> import torch, structmat as sm
+    >>> M = sm.SSS(torch.full((5,), 0.5), torch.ones(5, 1), torch.ones(5, 1))
+    >>> M.to_dense()[4, 0].item()  # 0.5 ** 4
+    0.0625
+    >>> M
+    SSS(shape=(5, 5), order=1, dtype=float32)
+    """
+
+    def __init__(self, A, B, C, D=None, *, lower: bool = True):
+        B = as_tensor(B, "B")
+        C = as_tensor(C, "C", device=B.device)
+        if B.dim() < 2 or C.shape[-2:] != B.shape[-2:] or C.dim() != B.dim():
+            raise ValueError(f"B and C must both have shape (*, T, N); got {tuple(B.shape)} and {tuple(C.shape)}")
+        A = A if isinstance(A, Transitions) else Transitions.from_shape(as_tensor(A, "A", device=B.device), B)
+        T = B.shape[-2]
+        if A.length != T or len(A.batch_shape) != B.dim() - 2:
+            raise ValueError(f"A must have {B.dim() - 2} batch dims and T={T} steps like B {tuple(B.shape)}; "
+                             f"got {A.length} steps with batch {tuple(A.batch_shape)}")
+        if D is not None:
+            D = as_tensor(D, "D", device=B.device)
+            if D.dim() != B.dim() - 1 or D.shape[-1] != T:
+                raise ValueError(f"D must have shape (*, T) with T={T} and {B.dim() - 2} batch dims; got {tuple(D.shape)}")
+        A.check_finite("A")
+        for name, t in (("B", B), ("C", C), ("D", D)):
+            if t is not None:
+                check_finite(t, name)
+        dtype = torch.promote_types(B.dtype, C.dtype)
+        for t in (D, None if A.kind == "log" else A.values):
+            dtype = dtype if t is None else torch.promote_types(dtype, t.dtype)
+        named = [("A", A.batch_shape), ("B", B.shape[:-2]), ("C", C.shape[:-2])] + ([] if D is None else [("D", D.shape[:-1])])
+        batch = broadcast_batch(*named)
+        self.transitions = A.cast(dtype)
+        self.B, self.C = B.to(dtype), C.to(dtype)
+        self.D = None if D is None else D.to(dtype)
+        self.lower = bool(lower)
+        super().__init__((*batch, T, T), dtype, B.device)
+
+    # --- parameters -------------------------------------------------------------------------------
+    @property
+    def A(self) -> torch.Tensor:
+        """Transitions as given (scalar, diagonal or dense; decays for a ``OneSS``)."""
+        return self.transitions.actual()
+
+    @property
+    def order(self) -> int:
+        return self.B.shape[-1]
+
+    @property
+    def generators(self) -> Generators:
+        """``(A, B, C, D)`` as stored: of ``M`` if lower, of ``M^T`` if upper."""
+        return Generators(self.transitions, self.B, self.C, self.D)
+
+    def time_lower(self) -> tuple[Generators, bool]:
+        """``(F, reversed)``: generators of a lower matrix with ``M = F`` or, if ``reversed``, ``M = J F J``."""
+        return (self.generators, False) if self.lower else (self.generators.flipped(), True)
+
+    @classmethod
+    def _from_generators(cls, G: Generators, lower: bool) -> SSS:
+        return SSS(G.A, G.B, G.C, G.D, lower=lower)
+
+    def diagonal(self) -> torch.Tensor:
+        return self.generators.diagonal().expand(self.shape[:-1])
+
+    def matvec_flops(self, K: int) -> float:
+        N = self.order
+        return float(K * self.shape[-1] * (2 * self.transitions.flops_per_column(N) + 2 * N))
+
+    # --- structure ---------------------------------------------------------------------------------
+    def _map(self, fn) -> SSS:
+        G = self.generators
+        return self._from_generators(Generators(G.A.map(fn), fn(G.B), fn(G.C), None if G.D is None else fn(G.D)),
+                                     self.lower)
+
+    @property
+    def T(self) -> SSS:
+        return self._from_generators(self.generators, not self.lower)
+
+    def _scale(self, s) -> SSS:
+        G = self.generators
+        return self._from_generators(Generators(G.A, G.B, G.C * s, None if G.D is None else G.D * s), self.lower)
+
+    def reverse(self) -> SSS:
+        """``J M J`` with ``J`` the reversal of time (lower becomes upper and back)."""
+        return self._from_generators(self.generators.flipped(), not self.lower)
+
+    # --- products -----------------------------------------------------------------------------------
+    def _matmat(self, X: torch.Tensor) -> torch.Tensor:
+        G, reversed_ = self.time_lower()
+        if not reversed_:
+            return G.matmat(X)[0]
+        return torch.flip(G.matmat(torch.flip(X, (-2,)))[0], (-2,))
+
+    def to_dense(self) -> torch.Tensor:
+        """Entry by entry from the definition: ``O(T^2 N^2)``."""
+        dense = self.generators.dense().expand(self.shape)
+        return dense if self.lower else dense.transpose(-1, -2)
+
+    def solve(self, Y) -> torch.Tensor:
+        """Solve ``M X = Y`` (``Y`` of shape ``(*, T, K)`` or ``(T,)``) by block forward substitution,
+        ``O(T (L + N) K)`` for diagonal transitions (:mod:`structmat.linalg.block_solve`)."""
+        self._check_square("solve()")
+        M, Y, vector = self._operand(Y, "Y")
+        G, reversed_ = M.time_lower()
+        X = torch.flip(block_solve(G, torch.flip(Y, (-2,))), (-2,)) if reversed_ else block_solve(G, Y)
+        return X[..., 0] if vector else X
+
+    def compress(self, tol: float | None = None) -> SSS:
+        """Equivalent SSS of minimal order (:func:`structmat.linalg.realization.minimal_realization`).
+
+        Examples
+        --------
+        >>> import torch, structmat as sm
+        >>> a = sm.OneSS.from_decays(torch.rand(50, dtype=torch.float64))
+        >>> (a + a).order, (a + a).compress().order
+        (2, 1)
+        """
+        return SSS._from_generators(minimal_realization(self.generators, tol), self.lower)
+
+    @classmethod
+    def from_generators(cls, U, V) -> SSS:
+        """``tril(U V^T)`` for ``U, V`` of shape ``(*, T, r)``: order ``r``, ``A = 1``.
+
+        The generator form is numerically unstable for decaying data: a decay ``a^{j-i}``
+        written as ``a^j a^{-i}`` overflows; use ``A`` for decays instead.
+        """
+        U = as_tensor(U, "U")
+        V = as_tensor(V, "V", device=U.device)
+        return cls(torch.ones(U.shape[:-1], dtype=U.dtype, device=U.device), V, U)

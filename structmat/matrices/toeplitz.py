@@ -1,0 +1,190 @@
+"""Toeplitz matrices (scipy's convention) with FFT matvecs, and their inverses.
+
+``Toeplitz(c, r)`` has first column ``c`` and first row ``r`` (``r[0]`` ignored; ``r=None`` means
+``conj(c)``, Hermitian). Products with vectors embed the matrix in a circulant of length
+``n >= T + S - 1`` and use ``torch.fft`` (real FFTs for real data): ``O((T + S) log(T + S))``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+
+from structmat.core.base import StructuredMatrix
+from structmat.core.lazy import Inverse
+from structmat.core.validation import SingularMatrixError, as_tensor, broadcast_batch, check_finite
+from structmat.linalg.spectral import circulant_spectrum, toeplitz_matmat
+from structmat.linalg.toeplitz_solvers import levinson_generators
+
+__all__ = ["Toeplitz", "ToeplitzInverse"]
+
+
+class Toeplitz(StructuredMatrix):
+    """Toeplitz matrix ``M[i, j] = c[i - j]`` (``i >= j``), ``r[j - i]`` (``j > i``).
+
+    Parameters
+    ----------
+    c : array_like, shape ``(*, T)``
+        First column.
+    r : array_like, shape ``(*, S)``, optional
+        First row (``r[..., 0]`` ignored). ``None`` means ``conj(c)`` (Hermitian, ``S = T``).
+        The batch shapes of ``c`` and ``r`` broadcast, as in :func:`scipy.linalg.toeplitz`.
+    causal : bool
+        Lower triangular (``r = 0`` off the diagonal); :meth:`causal` is the usual way to ask.
+
+    Notes
+    -----
+    Matvec ``O((T + S) log(T + S))`` by FFT. ``+`` of two Toeplitz matrices is Toeplitz; the product
+    of two *causal* ones is causal Toeplitz (a truncated polynomial product), but the product of two
+    general Toeplitz matrices is not Toeplitz (``T1 T2`` differs from a Toeplitz matrix by a
+    low-displacement-rank term), so it stays a lazy :class:`~structmat.Product`. ``inv()`` is
+    causal Toeplitz for causal matrices (``O(T log T)``), else a :class:`ToeplitzInverse`
+    (Gohberg-Semencul, ``O(T^2)`` setup by Levinson recursion, ``O(T log T)`` matvec).
+
+    Examples
+    --------
+    >>> import torch, structmat as sm
+    >>> M = sm.Toeplitz(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([0.0, 4.0]))
+    >>> M.to_dense()
+    tensor([[1., 4.],
+            [2., 1.],
+            [3., 2.]])
+    >>> M @ torch.ones(2)
+    tensor([5., 3., 5.])
+    """
+
+    def __init__(self, c, r=None, *, causal: bool = False):
+        c = as_tensor(c, "c")
+        if c.dim() < 1:
+            raise ValueError(f"c must have shape (*, T); got {tuple(c.shape)}")
+        check_finite(c, "c")
+        if causal:
+            r = torch.zeros_like(c)
+        elif r is None:
+            r = c.conj()
+        r = as_tensor(r, "r", device=c.device)
+        if r.dim() < 1:
+            raise ValueError(f"r must have shape (*, S); got {tuple(r.shape)}")
+        check_finite(r, "r")
+        batch = broadcast_batch(("c", c.shape[:-1]), ("r", r.shape[:-1]))
+        dtype = torch.promote_types(c.dtype, r.dtype)
+        c, r = c.to(dtype).expand(*batch, c.shape[-1]), r.to(dtype).expand(*batch, r.shape[-1])
+        self.c = c
+        self.r = torch.cat([c[..., :1], r[..., 1:]], dim=-1) if c.shape[-1] and r.shape[-1] else r  # r[0] := c[0]
+        self.is_causal = bool(causal)
+        super().__init__((*batch, c.shape[-1], r.shape[-1]), dtype, c.device)
+
+    @classmethod
+    def causal(cls, c) -> Toeplitz:
+        """Lower-triangular Toeplitz with first column ``c``."""
+        return cls(c, causal=True)
+
+    def matvec_flops(self, K: int) -> float:
+        n = self.shape[-2] + self.shape[-1]
+        return 10.0 * K * n * math.log2(max(n, 2))
+
+    def diagonal(self) -> torch.Tensor:
+        n = min(self.shape[-2:])
+        return self.c[..., :1].expand(*self.batch_shape, n)
+
+    def to_dense(self) -> torch.Tensor:
+        T, S = self.shape[-2:]
+        i = torch.arange(T, device=self.device)[:, None]
+        j = torch.arange(S, device=self.device)[None, :]
+        if T == 0 or S == 0:
+            return self.c.new_zeros(self.shape)
+        return torch.where(i >= j, self.c[..., (i - j).clamp(min=0)], self.r[..., (j - i).clamp(min=0)])
+
+    def _matmat(self, X: torch.Tensor) -> torch.Tensor:
+        return toeplitz_matmat(self.c, self.r, X)
+
+    def matmat_fn(self) -> Callable[[torch.Tensor], torch.Tensor]:
+        """``X -> M @ X`` with the circulant spectrum computed once (per operand dtype)."""
+        spectra = {}
+
+        def apply(X):
+            M, X, vector = self._operand(X)
+            key = (M.dtype, X.is_complex())
+            if key not in spectra:
+                spectra[key] = circulant_spectrum(M.c, M.r, M.dtype.is_complex or X.is_complex())
+            Y = toeplitz_matmat(M.c, M.r, X, spectra[key])
+            return Y[..., 0] if vector else Y
+
+        return apply
+
+    def _map(self, fn) -> Toeplitz:
+        if self.is_causal:
+            return Toeplitz(fn(self.c), causal=True)
+        return Toeplitz(fn(self.c), fn(self.r))
+
+    @property
+    def T(self) -> Toeplitz:
+        return Toeplitz(self.r, self.c)
+
+    def _scale(self, s) -> Toeplitz:
+        return Toeplitz(self.c * s, causal=True) if self.is_causal else Toeplitz(self.c * s, self.r * s)
+
+    def solve(self, Y) -> torch.Tensor:
+        """Solve ``M X = Y``; many right-hand sides share one inverse (``O(T log T)`` each)."""
+        self._check_square("solve()")
+        return self.inv().matmul(Y)
+
+    def tril(self) -> Toeplitz:
+        """Lower triangle, a causal Toeplitz."""
+        self._check_square("tril()")
+        return Toeplitz(self.c, causal=True)
+
+    def triu(self) -> StructuredMatrix:
+        """Upper triangle (the transpose of a causal Toeplitz)."""
+        self._check_square("triu()")
+        return Toeplitz(self.r, causal=True).T
+
+
+class ToeplitzInverse(Inverse):
+    """Inverse of a square Toeplitz matrix by the Gohberg-Semencul formula.
+
+    With ``x = M^{-1} e_0``, ``y = M^{-1} e_{T-1}`` and ``x_0 != 0``::
+
+        M^{-1} = (L(x) U(J y) - L(Z y) U(Z J x)) / x_0
+
+    where ``L(v)`` / ``U(v)`` are lower / upper triangular Toeplitz with first column / row ``v``,
+    ``J`` reverses and ``Z`` shifts down. Setup ``O(T^2)`` (Levinson, scipy's ``solve_toeplitz``,
+    on the CPU, not differentiated); matvec four triangular FFT products, ``O(T log T)``.
+    """
+
+    def __init__(self, M: Toeplitz):
+        super().__init__(M)
+        x, y = levinson_generators(M.c, M.r, M.batch_shape)
+        if bool((x[..., 0] == 0).any()):
+            raise SingularMatrixError("Gohberg-Semencul needs (M^{-1})[0, 0] != 0")
+        zero = torch.zeros_like(x[..., :1])
+        jy, jx = torch.flip(y, (-1,)), torch.flip(x, (-1,))
+        self._L1, self._U1 = x, jy
+        self._L2 = torch.cat([zero, y[..., :-1]], dim=-1)
+        self._U2 = torch.cat([zero, jx[..., :-1]], dim=-1)
+        self._x0 = x[..., 0]
+
+    def _matmat(self, X: torch.Tensor) -> torch.Tensor:
+        zeros = torch.zeros_like(self._L1)
+        first = toeplitz_matmat(self._L1, zeros, toeplitz_matmat(_first(self._U1), self._U1, X))
+        second = toeplitz_matmat(self._L2, zeros, toeplitz_matmat(_first(self._U2), self._U2, X))
+        return (first - second) / self._x0[..., None, None]
+
+    def _map(self, fn) -> ToeplitzInverse:
+        return ToeplitzInverse(self.M._map(fn))
+
+    @property
+    def T(self) -> ToeplitzInverse:
+        return ToeplitzInverse(self.M.T)
+
+    def _scale(self, s) -> ToeplitzInverse:
+        return ToeplitzInverse(self.M * (1.0 / s))
+
+
+def _first(row: torch.Tensor) -> torch.Tensor:
+    """Column of an upper-triangular Toeplitz with first row ``row``: ``row[0]`` then zeros."""
+    out = torch.zeros_like(row)
+    out[..., 0] = row[..., 0]
+    return out

@@ -1,0 +1,229 @@
+"""Mamba-2's SSD layer on the chunked-decay primitive: ``ssd`` (training, prefill) and ``ssd_step`` (decoding).
+
+``ssd`` has the positional order, argument names, shapes, return values and semantics of mamba_ssm's
+``mamba_chunk_scan_combined``, so swapping it in means changing the import; ``ssd_step`` those of
+``selective_state_update``. With ``dt`` processed (bias, softplus, limit) both are the recurrence
+``h_t = exp(dt_t A) h_{t-1} + dt_t x_t B_t^T``, ``y_t = h_t C_t + D x_t``, ``out = y * silu(z)``:
+the primitive of :mod:`structmat.kernels.chunked_decay` with log decays ``dt A`` and input scale ``dt``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+import torch.nn.functional as F
+
+from structmat.core.validation import check_finite, finite_checks_enabled
+from structmat.kernels.chunked_decay import chunked_decay, states_after, triton_applies
+
+__all__ = ["ssd", "ssd_step", "process_dt"]
+
+BACKENDS = ("auto", "torch", "triton")
+
+
+def process_dt(dt, dt_bias=None, dt_softplus=False, dt_limit=(0.0, math.inf)) -> torch.Tensor:
+    """``dt + dt_bias``, then ``softplus`` (identity above 20, as Mamba-2), then clamped to ``dt_limit``;
+    float32 (float64 stays float64)."""
+    work = torch.float64 if dt.dtype == torch.float64 else torch.float32
+    dt = dt.to(work)
+    if dt_bias is not None:
+        dt = dt + dt_bias.to(work)
+    if dt_softplus:
+        dt = torch.where(dt <= 20.0, F.softplus(dt), dt)
+    if tuple(dt_limit) != (0.0, math.inf):
+        dt = dt.clamp(min=dt_limit[0], max=dt_limit[1])
+    return dt
+
+
+def _shape(name: str, t, shape) -> None:
+    if t is not None and tuple(t.shape) != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)}; got {tuple(t.shape)}")
+
+
+def _check(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, dt_limit):
+    if not isinstance(x, torch.Tensor) or x.dim() != 4:
+        raise ValueError(f"x must have shape (batch, seqlen, nheads, headdim); got {tuple(getattr(x, 'shape', ()))}")
+    b, l, h, p = x.shape
+    _shape("dt", dt, (b, l, h))
+    _shape("A", A, (h,))
+    if B.dim() != 4 or B.shape[:2] != (b, l) or C.shape != B.shape:
+        raise ValueError(f"B and C must have shape ({b}, {l}, ngroups, dstate); got {tuple(B.shape)} and {tuple(C.shape)}")
+    if B.shape[2] == 0 or h % B.shape[2]:
+        raise ValueError(f"nheads={h} must be a multiple of ngroups={B.shape[2]}")
+    if D is not None and tuple(D.shape) not in ((h,), (h, p)):
+        raise ValueError(f"D must have shape ({h},) or ({h}, {p}); got {tuple(D.shape)}")
+    _shape("z", z, x.shape)
+    _shape("dt_bias", dt_bias, (h,))
+    _shape("initial_states", initial_states, (b, h, p, B.shape[3]))
+    _shape("seq_idx", seq_idx, (b, l))
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be a positive int; got {chunk_size!r}")
+    if len(tuple(dt_limit)) != 2 or not dt_limit[0] <= dt_limit[1]:
+        raise ValueError(f"dt_limit must be (min, max) with min <= max; got {tuple(dt_limit)}")
+    for name, t in (("dt", dt), ("A", A), ("B", B), ("C", C), ("D", D), ("z", z), ("dt_bias", dt_bias),
+                    ("initial_states", initial_states), ("seq_idx", seq_idx), ("cu_seqlens", cu_seqlens)):
+        if t is not None and t.device != x.device:
+            raise ValueError(f"{name} is on {t.device} but x is on {x.device}")
+    if finite_checks_enabled():
+        check_finite(A, "A")
+        if seq_idx is not None and l > 1 and not bool((seq_idx[:, 1:] >= seq_idx[:, :-1]).all()):
+            raise ValueError("seq_idx must be non-decreasing along the sequence (packed sequences)")
+    if cu_seqlens is not None:
+        _check_cu_seqlens(cu_seqlens, b, l, seq_idx)
+
+
+def _check_cu_seqlens(cu_seqlens, b, l, seq_idx) -> None:
+    if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2 or cu_seqlens.is_floating_point():
+        raise ValueError(f"cu_seqlens must be an integer tensor (num_seqs + 1,); got {tuple(cu_seqlens.shape)} "
+                         f"of {cu_seqlens.dtype}")
+    if b != 1:
+        raise ValueError(f"cu_seqlens needs batch == 1 (packed sequences); got batch {b}")
+    cu = cu_seqlens.tolist()
+    if cu[0] != 0 or cu[-1] != l or any(e < s for s, e in zip(cu, cu[1:])):
+        raise ValueError(f"cu_seqlens must start at 0, not decrease and end at seqlen={l}; got {cu}")
+    if seq_idx is not None:
+        ids = seq_idx[0].tolist()
+        for s, e in zip(cu, cu[1:]):
+            if e > s and (len(set(ids[s:e])) != 1 or (s > 0 and ids[s - 1] == ids[s])):
+                raise ValueError("cu_seqlens and seq_idx disagree: seq_idx must change exactly at the cu_seqlens boundaries")
+
+
+def _backend(backend: str, x, log_a, B, C) -> str:
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}; got {backend!r}")
+    if backend == "auto":
+        kernel = x.dtype != torch.float64 and (not finite_checks_enabled() or triton_applies(x, log_a, B, C))
+        return "triton" if x.is_cuda and kernel else "torch"
+    if backend == "triton":
+        if not x.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
+            raise ValueError("backend='triton' needs CUDA tensors; use backend='torch' (or 'auto') on the CPU")
+        if x.dtype == torch.float64:
+            raise ValueError("the Triton kernels compute in float32; use backend='torch' for float64 inputs")
+        if finite_checks_enabled() and not bool((log_a <= 0).all()):
+            raise ValueError("the Triton kernels need dt * A <= 0 (decays at most 1); use backend='torch'")
+    return backend
+
+
+def _triton_chunk(chunk_size: int) -> int:
+    """The Triton kernels take a power of two in ``[16, 256]``: the nearest above, capped (rounding only)."""
+    return min(256, max(16, 1 << (chunk_size - 1).bit_length()))
+
+
+def ssd(x, dt, A, B, C, chunk_size: int = 256, D=None, z=None, dt_bias=None, initial_states=None, seq_idx=None,
+        cu_seqlens=None, dt_softplus: bool = False, dt_limit=(0.0, math.inf), return_final_states: bool = False,
+        return_varlen_states: bool = False, *, backend: str = "auto"):
+    """Mamba-2's SSD layer (``mamba_chunk_scan_combined``): 1-SS structured masked attention.
+
+    With ``dt`` processed (bias, softplus, limit), per head and batch::
+
+        h_t = exp(dt_t A) h_{t-1} + dt_t x_t B_t^T,    y_t = h_t C_t + D x_t,    out = y * silu(z)
+
+    i.e. ``sma(C, B, x * dt, OneSS(dt A))`` plus the ``D`` and ``z`` terms.
+
+    Parameters
+    ----------
+    x : ``(batch, seqlen, nheads, headdim)``;  dt : ``(batch, seqlen, nheads)``
+    A : ``(nheads,)``; the Triton kernels need ``dt A <= 0`` (``auto`` falls back to torch)
+    B, C : ``(batch, seqlen, ngroups, dstate)``; heads share groups as in Mamba-2
+    chunk_size : int, block length (Triton: rounded up to a power of two in ``[16, 256]``); rounding only.
+    D : ``(nheads,)`` or ``(nheads, headdim)``, optional skip;  z : like ``x``, optional gate ``silu(z)``
+    dt_bias : ``(nheads,)``;  dt_softplus, dt_limit : as Mamba-2
+    initial_states : ``(batch, nheads, headdim, dstate)``, optional
+    seq_idx : ``(batch, seqlen)`` int, non-decreasing ids of packed sequences: the state restarts from
+        zero where the id changes (``initial_states`` feed the first sequence).
+    cu_seqlens : ``(num_seqs + 1,)`` cumulative lengths (batch 1) for ``return_varlen_states``; as in
+        mamba_ssm it does not reset the state (pass ``seq_idx``).
+    return_final_states : the state after the last step, ``(batch, nheads, headdim, dstate)``.
+    return_varlen_states : the state after each packed sequence, ``(num_seqs, nheads, headdim, dstate)``
+        (not differentiated).
+    backend : {"auto", "torch", "triton"}, keyword only; ``auto`` takes the Triton kernels for CUDA
+        tensors (float32/16-bit, ``dt A <= 0``), else torch.
+
+    Returns ``out`` (like ``x``), then ``final_states`` and ``varlen_states`` if asked (float32 states;
+    float64 for float64 inputs). ``O(b l h L (n + p))`` work, ``O(b l h p)`` memory.
+
+    Examples
+    --------
+    >>> import torch, structmat as sm
+    >>> b, l, h, p, n = 1, 10, 2, 4, 3
+    >>> x, dt = torch.randn(b, l, h, p), torch.rand(b, l, h)
+    >>> B, C = torch.randn(b, l, 1, n), torch.randn(b, l, 1, n)
+    >>> out, final = sm.ssd(x, dt, -torch.ones(h), B, C, 4, return_final_states=True)
+    >>> out.shape, final.shape
+    (torch.Size([1, 10, 2, 4]), torch.Size([1, 2, 4, 3]))
+    """
+    _check(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, dt_limit)
+    if return_varlen_states and cu_seqlens is None:
+        raise ValueError("return_varlen_states needs cu_seqlens")
+    common = torch.promote_types(x.dtype, torch.promote_types(B.dtype, C.dtype))
+    x, B, C = x.to(common), B.to(common), C.to(common)
+    dtp = process_dt(dt, dt_bias, dt_softplus, dt_limit)
+    log_a = dtp * A.to(dtp.dtype)
+    backend = _backend(backend, x, log_a, B, C)
+    chunk = _triton_chunk(chunk_size) if backend == "triton" else chunk_size
+    out, final, *states = chunked_decay(x, log_a, B, C, scale=dtp, D=D, z=z, initial_state=initial_states,
+                                        seq_idx=seq_idx, chunk_size=chunk, backend=backend,
+                                        return_chunk_states=return_varlen_states)
+    result = [out] + ([final] if return_final_states else [])
+    if return_varlen_states:
+        result.append(_varlen_states(x, log_a, B, states[0], cu_seqlens, dtp, seq_idx, chunk))
+    return result[0] if len(result) == 1 else tuple(result)
+
+
+@torch.no_grad()
+def _varlen_states(x, log_a, B, chunk_states, cu_seqlens, dtp, seq_idx, chunk: int) -> torch.Tensor:
+    """The state after the last step of each packed sequence (not differentiated, as in mamba_ssm)."""
+    ends = [e - 1 for e in cu_seqlens[1:].tolist()]
+    return states_after(x, log_a, B, chunk_states, ends, scale=dtp, seq_idx=seq_idx, chunk_size=chunk)
+
+
+def ssd_step(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus: bool = False):
+    """One decoding step with ``selective_state_update``'s arguments; ``state`` is updated in place.
+
+    ``state (batch, nheads, headdim, dstate)``, ``x, dt, z (batch, nheads, headdim)``,
+    ``A (nheads, headdim, dstate)``, ``B, C (batch, ngroups, dstate)``, ``D, dt_bias (nheads, headdim)``
+    (Mamba-2 passes broadcast views of per-head values); the forms without the heads axis
+    (``state (batch, dim, dstate)``, ``x (batch, dim)``, ...) work too. Returns ``out`` like ``x``::
+
+        state <- exp(dt A) state + dt x B^T,    out = (state C + D x) * silu(z)
+
+    Examples
+    --------
+    >>> import torch, structmat as sm
+    >>> state = torch.zeros(1, 2, 3, 4)
+    >>> x, dt = torch.ones(1, 2, 3), torch.full((1, 2, 3), 0.5)
+    >>> A = -torch.ones(2, 3, 4)
+    >>> B = C = torch.ones(1, 1, 4)
+    >>> sm.ssd_step(state, x, dt, A, B, C)[0, 0]
+    tensor([2., 2., 2.])
+    """
+    heads = state.dim() == 4
+    lift = lambda t, dim: None if t is None else (t if heads else t.unsqueeze(dim))  # noqa: E731
+    st, x_, dt_, A_, B_, C_ = lift(state, 1), lift(x, 1), lift(dt, 1), lift(A, 0), lift(B, 1), lift(C, 1)
+    D_, z_, bias_ = lift(D, 0), lift(z, 1), lift(dt_bias, 0)
+    b, h, p, n = st.shape
+    _shape("x", x_, (b, h, p))
+    _shape("dt", dt_, (b, h, p))
+    _shape("A", A_, (h, p, n))
+    if B_.dim() != 3 or B_.shape[0] != b or B_.shape[2] != n or h % B_.shape[1] or C_.shape != B_.shape:
+        raise ValueError(f"B and C must have shape ({b}, ngroups, {n}) with nheads={h} a multiple of ngroups; "
+                         f"got {tuple(B_.shape)} and {tuple(C_.shape)}")
+    _shape("D", D_, (h, p))
+    _shape("z", z_, (b, h, p))
+    _shape("dt_bias", bias_, (h, p))
+    work = torch.float64 if st.dtype == torch.float64 else torch.float32
+    d = dt_.to(work) + (0 if bias_ is None else bias_.to(work))
+    d = torch.where(d <= 20.0, F.softplus(d), d) if dt_softplus else d
+    g = h // B_.shape[1]
+    Bh, Ch = B_.to(work).repeat_interleave(g, dim=1), C_.to(work).repeat_interleave(g, dim=1)
+    new = torch.exp(d[..., None] * A_.to(work)) * st.to(work) + (d * x_.to(work))[..., None] * Bh[:, :, None, :]
+    st.copy_(new)
+    out = torch.einsum("bhpn,bhn->bhp", new, Ch)
+    if D_ is not None:
+        out = out + x_.to(work) * D_.to(work)
+    if z_ is not None:
+        out = out * F.silu(z_.to(work))
+    out = out.to(x.dtype)
+    return out if heads else out.squeeze(1)

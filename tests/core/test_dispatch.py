@@ -1,0 +1,97 @@
+"""The closure dispatch: rule order (precedence, specificity, registration), conditions, user rules."""
+
+import pytest
+import torch
+from conftest import F64, close
+
+import structmat as sm
+from structmat.core import dispatch
+
+
+class Ones(sm.StructuredMatrix):
+    """A user's class: the all-ones T x T matrix (no rule knows it)."""
+
+    def __init__(self, T, dtype=F64):
+        super().__init__((T, T), dtype, "cpu")
+
+    def to_dense(self):
+        return torch.ones(self.shape, dtype=self.dtype)
+
+    def _matmat(self, X):
+        return X.sum(-2, keepdim=True).expand(*X.shape[:-2], self.shape[-2], X.shape[-1])
+
+    def _map(self, fn):
+        return Ones(self.shape[-1], fn(torch.zeros((), dtype=self.dtype)).dtype)
+
+    def _scale(self, s):
+        return sm.Dense(self.to_dense() * s)
+
+
+def test_unknown_pairs_fall_back_to_lazy_composites():
+    A, B = Ones(4), sm.Diagonal(torch.arange(1.0, 5.0, dtype=F64))
+    for R, want in ((A + B, A.to_dense() + B.to_dense()), (A @ B, A.to_dense() @ B.to_dense())):
+        assert isinstance(R, (sm.Sum, sm.Product))
+        close(R.to_dense(), want)
+    assert isinstance(A.T, sm.Transpose)
+    close(A.T @ torch.ones(4, dtype=F64), torch.full((4,), 4.0, dtype=F64))
+    with pytest.raises(TypeError, match="no structured Hadamard product for Ones and Ones"):
+        A.hadamard(A)
+
+
+def test_registered_user_rule_wins_over_the_fallback_and_respects_its_condition():
+    calls = []
+
+    @sm.register("add", Ones, Ones, when=lambda a, b: a.shape[-1] > 2, result="Dense (test)")
+    def ones_plus_ones(a, b):
+        calls.append(1)
+        return sm.Dense(2 * a.to_dense())
+
+    try:
+        assert isinstance(Ones(3) + Ones(3), sm.Dense) and calls == [1]
+        assert isinstance(Ones(2) + Ones(2), sm.Sum)  # the condition fails: the next rule (lazy) runs
+        assert calls == [1]
+        assert dispatch.resolve("add", Ones(3), Ones(3)).result == "Dense (test)"
+    finally:
+        dispatch._REGISTRY["add"] = [r for r in dispatch._REGISTRY["add"] if r.fn is not ones_plus_ones]
+
+
+def test_precedence_then_specificity_then_registration_order():
+    M = sm.OneSS.from_decays(torch.rand(5, dtype=F64))
+    # specificity: the OneSS inverse rule beats the SSS one
+    assert dispatch.resolve("inv", M).fn.__name__ == "oness_inverse"
+    assert isinstance(M.inv(), sm.Bidiagonal)
+
+    @sm.register("inv", sm.SSS, precedence=10, result="lazy Inverse (test)")
+    def forced(a):
+        return sm.Inverse(a)
+
+    try:
+        assert isinstance(M.inv(), sm.Inverse)  # a higher precedence wins over a closer class
+    finally:
+        dispatch._REGISTRY["inv"] = [r for r in dispatch._REGISTRY["inv"] if r.fn is not forced]
+    assert isinstance(M.inv(), sm.Bidiagonal)
+
+
+def test_rules_are_evaluated_lazily(monkeypatch):
+    """A product of two lower SSS runs the SSS rule only (not the quasiseparable one too)."""
+    from structmat.algebra import quasiseparable
+
+    called = []
+    monkeypatch.setattr(quasiseparable, "qs_matmul", lambda *a: called.append(1))
+    M = sm.SSS(torch.rand(6, 2, dtype=F64), torch.randn(6, 2, dtype=F64), torch.randn(6, 2, dtype=F64))
+    assert isinstance(M @ M, sm.SSS) and not called
+
+
+def test_register_checks_its_arguments():
+    with pytest.raises(ValueError, match="op must be one of"):
+        sm.register("divide", Ones, Ones)
+    with pytest.raises(ValueError, match="takes 2 operand classes"):
+        sm.register("add", Ones)
+    with pytest.raises(ValueError, match="binary"):
+        sm.register("inv", Ones, symmetric=True)
+
+
+def test_every_rule_names_its_result():
+    for rule in sm.rules():
+        assert rule.result, rule
+        assert rule.op in dispatch.OPERATIONS

@@ -1,0 +1,36 @@
+"""``aslinearoperator``: scipy's iterative solvers on structured matrices."""
+
+import numpy as np
+import pytest
+import scipy.sparse.linalg as sla
+import torch
+from conftest import F64, close, rand, randn
+
+import structmat as sm
+
+
+def test_gmres_solves_and_rmatvec_is_the_adjoint():
+    M = sm.SSS(rand(50, 2), randn(50, 2), randn(50, 2, seed=1), D=3 + rand(50, seed=2))
+    op = sm.aslinearoperator(M)
+    y = np.random.default_rng(0).standard_normal(50)
+    x, info = sla.gmres(op, y, rtol=1e-12, atol=0)
+    assert info == 0
+    close(np.asarray(M) @ x, y, rtol=1e-8)
+    close(op.rmatvec(y), np.asarray(M).T @ y)
+
+
+def test_complex_adjoints_including_the_dft():
+    for M in (sm.DFT(8, dtype=torch.complex128), sm.DFT(8, dtype=torch.complex128).imag * 2j,
+              sm.Fourier.from_kernel(randn(8, dtype=torch.complex128))):
+        op = sm.aslinearoperator(M)
+        y = np.random.default_rng(1).standard_normal(8) + 1j * np.random.default_rng(2).standard_normal(8)
+        close(op.rmatvec(y), np.asarray(M).conj().T @ y)
+        close(M.H.to_dense(), M.to_dense().mH)
+        close(M.conj().to_dense(), M.to_dense().conj())
+
+
+def test_batched_matrices_are_refused():
+    with pytest.raises(ValueError, match="2-D"):
+        sm.aslinearoperator(sm.OneSS.from_decays(torch.rand(2, 3, dtype=F64)))
+    with pytest.raises(TypeError, match="StructuredMatrix"):
+        sm.aslinearoperator(np.eye(3))

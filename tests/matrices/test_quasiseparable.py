@@ -1,0 +1,124 @@
+"""Quasiseparable masks (LION, Hydra) against their dense definitions; products, inverses, LU."""
+
+import numpy as np
+import pytest
+import torch
+from conftest import F64, close, randn, reversal
+from hypothesis import given
+from hypothesis import strategies as st
+
+import structmat as sm
+import structmat.testing as smt
+
+
+def rand(*shape, seed=0, dtype=F64):
+    return randn(*shape, seed=seed, dtype=dtype)
+
+J = reversal
+
+
+@given(st.integers(1, 40), st.integers(0, 100))
+def test_lion_masks_match_their_definitions(T, seed):
+    g = torch.Generator().manual_seed(seed)
+    a = torch.rand(T, generator=g, dtype=F64)
+    # selective LION: forward decays a_t, backward the flipped decays
+    fwd = sm.OneSS.from_decays(a)
+    bwd = sm.OneSS.from_decays(torch.flip(torch.roll(a, -1), (0,)))
+    Q = sm.Quasiseparable.bidirectional(fwd, bwd)
+    want = np.zeros((T, T))
+    for i in range(T):
+        for j in range(T):
+            lo, hi = min(i, j), max(i, j)
+            want[i, j] = np.prod(a[lo + 1 : hi + 1].numpy())
+    close(Q.to_dense(), want)
+    close(Q.to_dense(), fwd.to_dense() + J(T) @ bwd.to_dense() @ J(T) - torch.eye(T, dtype=F64))
+    smt.assert_matches_dense(Q)
+    dec = sm.Quasiseparable.bidirectional(sm.OneSS.decay(torch.tensor(0.7, dtype=F64), T),
+                                          sm.OneSS.decay(torch.tensor(0.7, dtype=F64), T))
+    close(dec.to_dense(), 0.7 ** np.abs(np.subtract.outer(np.arange(T), np.arange(T))))
+
+
+@given(st.integers(2, 30), st.integers(0, 100))
+def test_hydra_mask_and_closure(T, seed):
+    g = torch.Generator().manual_seed(seed)
+    r = lambda *s: torch.randn(*s, generator=g, dtype=F64)  # noqa: E731
+    fwd = sm.SSS(torch.rand(T, 2, generator=g, dtype=F64), r(T, 2), r(T, 2))
+    bwd = sm.SSS(torch.rand(T, 3, generator=g, dtype=F64), r(T, 3), r(T, 3))
+    d = r(T)
+    Q = sm.Quasiseparable.bidirectional(fwd, bwd, diag=d)  # Hydra: free diagonal
+    want = torch.tril(fwd.to_dense(), -1) + torch.triu(J(T) @ bwd.to_dense() @ J(T), 1) + torch.diag(d)
+    close(Q.to_dense(), want)
+    assert Q.order == (2, 3)
+    for R, wantR, order in (
+        (Q + Q, 2 * want, (4, 6)),
+        (Q + fwd, want + fwd.to_dense(), (4, 3)),
+        (Q + sm.Diagonal(d), want + torch.diag(d), (2, 3)),
+        (Q + sm.OneSS.from_decays(torch.rand(T, generator=g, dtype=F64)).T, None, (2, 4)),
+    ):
+        assert isinstance(R, sm.Quasiseparable) and R.order == order
+        if wantR is not None:
+            close(R.to_dense(), wantR)
+    close(Q.T.to_dense(), want.T)
+    close(Q.tril().to_dense(), torch.tril(want))
+    close(Q.triu().to_dense(), torch.triu(want))
+    C = (Q + Q).compress()
+    assert C.order[0] <= 2 and C.order[1] <= 3
+    close(C.to_dense(), 2 * want, rtol=1e-8)
+
+
+def _hydra(T, n_l, n_u, seed, batch=()):
+    g = torch.Generator().manual_seed(seed)
+    r = lambda *s: torch.rand(*batch, *s, generator=g, dtype=F64)  # noqa: E731
+    n = lambda *s: torch.randn(*batch, *s, generator=g, dtype=F64)  # noqa: E731
+    fwd = sm.SSS(r(T, n_l), n(T, n_l), n(T, n_l))
+    bwd = sm.SSS(r(T, n_u, n_u) / n_u, n(T, n_u), n(T, n_u))
+    return sm.Quasiseparable.bidirectional(fwd, bwd, diag=4 + n(T))
+
+
+@given(st.integers(1, 30), st.integers(1, 3), st.integers(1, 3), st.sampled_from([(), (2,)]), st.integers(0, 100))
+def test_quasiseparable_product_and_inverse(T, n_l, n_u, batch, seed):
+    Q1, Q2 = _hydra(T, n_l, n_u, seed, batch), _hydra(T, n_u, n_l, seed + 1)
+    P = Q1 @ Q2
+    assert isinstance(P, sm.Quasiseparable) and P.order == (n_l + n_u, n_u + n_l)
+    close(P.to_dense(), Q1.to_dense() @ Q2.to_dense(), rtol=1e-9)
+    inv = Q1.inv()
+    assert isinstance(inv, sm.Quasiseparable) and inv.order == (n_l, n_u)
+    close(inv.to_dense() @ Q1.to_dense(), torch.eye(T, dtype=F64).expand(Q1.shape), rtol=1e-8)
+    y = torch.randn(T, 2, dtype=F64)
+    close(Q1 @ Q1.solve(y), y.expand(*batch, T, 2), rtol=1e-8)
+    L, U = Q1.lu()
+    close(L.to_dense() @ U.to_dense(), Q1.to_dense(), rtol=1e-9)
+
+
+@given(st.integers(2, 25), st.integers(0, 100))
+def test_quasiseparable_with_sss_oness_diagonal(T, seed):
+    Q = _hydra(T, 2, 1, seed)
+    g = torch.Generator().manual_seed(seed + 5)
+    S = sm.SSS(torch.rand(T, 3, generator=g, dtype=F64), torch.randn(T, 3, generator=g, dtype=F64),
+               torch.randn(T, 3, generator=g, dtype=F64), D=2 + torch.rand(T, generator=g, dtype=F64))
+    O = sm.OneSS.from_decays(torch.rand(T, generator=g, dtype=F64))
+    Dg = sm.Diagonal(1 + torch.rand(T, generator=g, dtype=F64))
+    cases = [(Q @ S, Q.to_dense() @ S.to_dense(), (5, 1)), (S @ Q, S.to_dense() @ Q.to_dense(), (5, 1)),
+             (Q @ O.T, Q.to_dense() @ O.to_dense().T, (2, 2)), (Q @ Dg, Q.to_dense() @ Dg.to_dense(), (2, 1)),
+             (Dg @ Q, Dg.to_dense() @ Q.to_dense(), (2, 1)), (S @ O.T, S.to_dense() @ O.to_dense().T, (3, 1))]
+    for R, want, order in cases:
+        assert isinstance(R, sm.Quasiseparable) and R.order == order
+        close(R.to_dense(), want, rtol=1e-9)
+
+
+def test_quasiseparable_gradcheck_and_errors():
+    T = 8
+    a, x = torch.rand(T, dtype=F64, requires_grad=True), torch.randn(T, 2, dtype=F64, requires_grad=True)
+    f = lambda a, x: sm.Quasiseparable.bidirectional(sm.OneSS.from_decays(a), sm.OneSS.from_decays(a.flip(0))) @ x  # noqa: E731
+    assert torch.autograd.gradcheck(f, (a, x))
+    d = torch.rand(T, dtype=F64, requires_grad=True)
+
+    def g(a, d, x):
+        Q = sm.Quasiseparable.bidirectional(sm.OneSS.from_decays(a), sm.OneSS.from_decays(a.flip(0)), diag=3 + d)
+        return (Q @ Q) @ x + Q.inv() @ x
+
+    assert torch.autograd.gradcheck(g, (a, d, x))
+    with pytest.raises(TypeError, match="upper must be"):
+        sm.Quasiseparable(sm.OneSS.causal(3), sm.OneSS.causal(3), torch.ones(3))
+    with pytest.raises(sm.SingularMatrixError, match="leading principal minor"):
+        sm.Quasiseparable.bidirectional(sm.OneSS.causal(3), sm.OneSS.causal(3), diag=torch.zeros(3)).inv()

@@ -1,0 +1,144 @@
+"""OneSS, SSS, Bidiagonal, Diagonal, LowRank, Dense: matvecs, dense forms, solves, compression."""
+
+import pytest
+import torch
+from conftest import F64, close, dense_of, rand, randn
+from hypothesis import given
+from hypothesis import strategies as st
+
+import structmat as sm
+import structmat.testing as smt
+
+
+@given(st.one_of(smt.one_ss(), smt.sss(), smt.diagonals(), smt.bidiagonals(), smt.lowranks(), smt.denses()))
+def test_matvec_matches_dense(M):
+    smt.assert_matches_dense(M)
+
+
+@given(st.one_of(smt.one_ss(batch=()), smt.sss(batch=())))
+def test_to_dense_matches_definition(M):
+    close(M.to_dense(), dense_of(M))
+
+
+@given(smt.sss(dtype=torch.complex128))
+def test_complex_sss(M):
+    smt.assert_matches_dense(M)
+    close(M.H @ torch.eye(M.shape[-1], dtype=M.dtype), M.to_dense().mH)
+
+
+@given(st.one_of(smt.sss(), smt.one_ss(scaled=True), smt.bidiagonals()))
+def test_solve_matches_dense_solve(M):
+    """Block forward substitution (SSS, either orientation), the O(T) inverse scan (Bidiagonal)."""
+    dense = M.to_dense()
+    if bool((torch.diagonal(dense, dim1=-2, dim2=-1) == 0).any()):
+        with pytest.raises(sm.SingularMatrixError):
+            M.solve(torch.ones(M.shape[-1], dtype=F64))
+        return
+    Y = randn(*M.batch_shape, M.shape[-1], 2, seed=1)
+    cond = float(torch.linalg.cond(dense).max())
+    close(dense @ M.solve(Y), Y, rtol=max(1e-8, 1e-13 * cond))
+    y = randn(M.shape[-1], seed=2)
+    assert M.solve(y).shape == (*M.batch_shape, M.shape[-1])
+
+
+def test_compress_oness_plus_itself():
+    M = sm.OneSS.from_decays(rand(60))
+    S = M + M
+    assert S.order == 2
+    C = S.compress()
+    assert C.order == 1
+    close(C.to_dense(), 2 * M.to_dense())
+
+
+@given(st.integers(1, 40).flatmap(lambda T: st.tuples(smt.sss(T=T, batch=()), smt.sss(T=T, batch=()))))
+def test_compress_is_exact_and_not_larger(pair):
+    M1, M2 = pair
+    S = M1 + (M2 if M2.lower == M1.lower else M2.T)
+    C = S.compress()
+    assert C.order <= S.order
+    close(C.to_dense(), S.to_dense(), rtol=1e-8)
+
+
+def test_constructors_and_conventions():
+    close(sm.OneSS.causal(4) @ torch.ones(4), torch.arange(1.0, 5.0))
+    close(sm.OneSS.decay(0.5, 4).to_dense(), torch.tensor(0.5).pow((torch.arange(4)[:, None] - torch.arange(4)).clamp(min=0))
+          * torch.ones(4, 4).tril())
+    assert sm.OneSS.decay(0.9, 3, dtype=F64).dtype == F64 and sm.OneSS.causal(3, dtype=F64).dtype == F64
+    assert sm.OneSS.from_decays([0.5, 0.5], dtype=F64).dtype == F64
+    G = sm.SSS.from_generators(randn(6, 2), randn(6, 2, seed=1))
+    close(G.to_dense(), torch.tril(randn(6, 2) @ randn(6, 2, seed=1).T))
+    M = sm.SSS(rand(5, 2), randn(5, 2), randn(5, 2))
+    close(M.reverse().to_dense(), M.to_dense().flip(0, 1))
+    O = sm.OneSS.from_decays(rand(5), b=randn(5))
+    assert isinstance(O.reverse(), sm.OneSS)
+    close(O.reverse().to_dense(), O.to_dense().flip(0, 1))
+    close(O.T.reverse().to_dense(), O.T.to_dense().flip(0, 1))
+    Bd = sm.Bidiagonal(rand(5) + 1, randn(4))
+    assert isinstance(Bd.T, sm.Bidiagonal) and not Bd.T.lower
+    close(Bd.T.to_dense(), Bd.to_dense().T)
+    close(Bd.T.to_sss().to_dense(), Bd.to_dense().T)
+
+
+def test_constructor_errors_name_the_argument():
+    with pytest.raises(ValueError, match="B and C"):
+        sm.SSS(torch.ones(5), torch.ones(5, 2), torch.ones(4, 2))
+    with pytest.raises(ValueError, match="A must have shape"):
+        sm.SSS(torch.ones(5, 3), torch.ones(5, 2), torch.ones(5, 2))
+    with pytest.raises(ValueError, match="D must have shape"):
+        sm.SSS(torch.ones(5), torch.ones(5, 2), torch.ones(5, 2), D=torch.ones(4))
+    with pytest.raises(ValueError, match="log_a must be finite"):
+        sm.OneSS(torch.tensor([0.0, float("nan")]))
+    with pytest.raises(ValueError, match="log_a must be finite"):
+        sm.OneSS(torch.tensor([0.0, float("inf")]))
+    with pytest.raises(ValueError, match="a must be real and >= 0"):
+        sm.OneSS.from_decays(torch.tensor([0.5, -0.1]))
+    with pytest.raises(ValueError, match="a must be finite"):
+        sm.OneSS.from_decays(torch.tensor([1.0, float("nan"), 0.5]))
+    with pytest.raises(ValueError, match="gamma must be finite"):
+        sm.OneSS.decay(float("nan"), 3)
+    with pytest.raises(ValueError, match="b must have shape"):
+        sm.OneSS(torch.zeros(4), b=torch.ones(3))
+    with pytest.raises(TypeError, match="log_a must be real"):
+        sm.OneSS(torch.zeros(4, dtype=torch.complex64))
+    with pytest.raises(TypeError, match="array-like"):
+        sm.OneSS("abc")
+    with pytest.raises(ValueError, match="diag and sub must have shapes"):
+        sm.Bidiagonal(torch.ones(4), torch.ones(4))
+    with pytest.raises(ValueError, match=r"batch shapes do not broadcast: U \(2,\), V \(3,\)"):
+        sm.LowRank(torch.ones(2, 4, 1), torch.ones(3, 4, 1))
+    with pytest.raises(ValueError, match="tol must be a finite relative cutoff"):
+        sm.OneSS.causal(4).compress(float("nan"))
+
+
+def test_singular_matrices_raise():
+    with pytest.raises(sm.SingularMatrixError):
+        sm.SSS(torch.ones(3), torch.ones(3, 1), torch.ones(3, 1), D=torch.tensor([1.0, 0.0, 1.0])).inv()
+    with pytest.raises(sm.SingularMatrixError):
+        sm.Diagonal(torch.tensor([1.0, 0.0])).inv()
+    with pytest.raises(sm.SingularMatrixError):
+        sm.OneSS(torch.zeros(3), b=torch.tensor([1.0, 0.0, 1.0])).inv()
+    with pytest.raises(sm.SingularMatrixError):
+        sm.Bidiagonal(torch.tensor([1.0, 0.0]), torch.ones(1)).inv()
+    with pytest.raises(sm.SingularMatrixError):
+        sm.LowRank(torch.ones(3, 1), torch.ones(3, 1)).inv()
+    assert issubclass(sm.SingularMatrixError, ValueError)
+
+
+def test_full_rank_lowrank_solves_instead_of_recursing():
+    U, V = randn(4, 4) + 4 * torch.eye(4, dtype=F64), torch.eye(4, dtype=F64)
+    L = sm.LowRank(U, V)
+    y = randn(4, 2, seed=1)
+    close(L.solve(y), torch.linalg.solve(U, y))
+    close(L.inv() @ y, torch.linalg.solve(U, y))
+
+
+def test_inputs_never_mutated():
+    A, B, C, D = rand(40, 2, seed=5), randn(40, 2, seed=6), randn(40, 2, seed=7), 3 + rand(40, seed=8)
+    A[0] = 7.0  # A[0] is unused: any finite value must leave the result alone
+    x = randn(40, 3, seed=9)
+    saved = [t.clone() for t in (A, B, C, D, x)]
+    M = sm.SSS(A, B, C, D)
+    for R in (M @ x, (M + M) @ x, (M @ M) @ x, M.inv() @ x, M.solve(x), M.compress() @ x, M.T @ x):
+        assert torch.isfinite(R).all()
+    for before, after in zip(saved, (A, B, C, D, x)):
+        assert torch.equal(before, after)
