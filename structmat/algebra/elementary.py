@@ -8,7 +8,7 @@ import torch
 from structmat.algebra.semiseparable import sss_add, sss_matmul
 from structmat.core.base import StructuredMatrix
 from structmat.core.lazy import Inverse
-from structmat.core.validation import SingularMatrixError
+from structmat.core.validation import SingularMatrixError, check_overflow
 from structmat.matrices.bidiagonal import Bidiagonal
 from structmat.matrices.dense import Dense
 from structmat.matrices.diagonal import Diagonal
@@ -35,7 +35,7 @@ def diagonal_matmul(a: Diagonal, b: Diagonal) -> Diagonal:
 def diagonal_inverse(a: Diagonal) -> Diagonal:
     if bool((a.diagonal() == 0).any()):
         raise SingularMatrixError("Diagonal has a zero entry")
-    return Diagonal(1.0 / a.diagonal())
+    return Diagonal(check_overflow(1.0 / a.diagonal(), "Diagonal.inv()"))
 
 
 def has_diagonal(d: Diagonal, m: StructuredMatrix) -> bool:
@@ -135,9 +135,9 @@ def bidiagonal_inverse(a: Bidiagonal) -> OneSS:
     diag, sub = a.diag.expand(*batch, a.shape[-1]), a.sub.expand(*batch, a.sub.shape[-1])
     if sub.is_complex() or diag.is_complex():
         raise TypeError("Bidiagonal.inv() as OneSS needs real entries; use to_sss().inv()")
-    ratio = torch.cat([torch.ones_like(diag[..., :1]), -sub / diag[..., 1:]], dim=-1)
+    ratio = check_overflow(torch.cat([torch.ones_like(diag[..., :1]), -sub / diag[..., 1:]], dim=-1), "Bidiagonal.inv() decays")
     sign = torch.cumprod(torch.where(ratio < 0, -1.0, 1.0).to(ratio.dtype), dim=-1)
-    return OneSS(safe_log(ratio.abs()), b=sign / diag, c=sign)
+    return OneSS(safe_log(ratio.abs()), b=check_overflow(sign / diag, "Bidiagonal.inv() scaling"), c=sign)
 
 
 def oness_inverse(m: OneSS) -> Bidiagonal:
@@ -148,4 +148,5 @@ def oness_inverse(m: OneSS) -> Bidiagonal:
     if bool((b == 0).any()) or bool((c == 0).any()):
         raise SingularMatrixError("OneSS is singular: some b_t * c_t is zero")
     a = torch.exp(m.log_a[..., 1:]).to(m.dtype)
-    return Bidiagonal(1.0 / (b * c), -a / (b[..., 1:] * c[..., :-1]), lower=m.lower)
+    diag = check_overflow(1.0 / (b * c), "OneSS.inv() diagonal")
+    return Bidiagonal(diag, check_overflow(-a / (b[..., 1:] * c[..., :-1]), "OneSS.inv() subdiagonal"), lower=m.lower)

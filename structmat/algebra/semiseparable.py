@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from structmat.core.transitions import Transitions
-from structmat.core.validation import SingularMatrixError
+from structmat.core.validation import SingularMatrixError, check_overflow
 from structmat.linalg.semiseparable import Generators
 from structmat.matrices.diagonal import Diagonal
 from structmat.matrices.one_ss import OneSS
@@ -135,6 +135,7 @@ def sss_inverse(M: SSS) -> SSS:
     d = G.diagonal()
     if bool((d == 0).any()):
         raise SingularMatrixError("SSS is singular: a diagonal entry is zero")
+    check_overflow(1.0 / d, "SSS.inv() diagonal")
     A = G.A.matrices(N, M.dtype).expand(*batch, T, N, N)
     eye = torch.eye(N, dtype=M.dtype, device=M.device)
     P = eye - G.B[..., :, None] * G.C[..., None, :] / d[..., None, None]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from structmat.core.base import StructuredMatrix
-from structmat.core.validation import SingularMatrixError
+from structmat.core.validation import SingularMatrixError, check_overflow
 from structmat.linalg.spectral import linear_convolution
 from structmat.linalg.toeplitz_solvers import causal_inverse_series
 from structmat.matrices.dft import DFT
@@ -42,7 +42,7 @@ def toeplitz_hadamard(a: Toeplitz, b: Toeplitz) -> Toeplitz:
 def toeplitz_inverse(a: Toeplitz) -> StructuredMatrix:
     """Causal: the inverse power series (causal Toeplitz); else Gohberg-Semencul (``ToeplitzInverse``)."""
     if a.is_causal:
-        return Toeplitz(causal_inverse_series(a.c), causal=True)
+        return Toeplitz(check_overflow(causal_inverse_series(a.c), "causal Toeplitz inverse series"), causal=True)
     return ToeplitzInverse(a)
 
 
@@ -66,7 +66,7 @@ def fourier_inverse(a: Fourier) -> Fourier:
     tol = a.shape[-1] * torch.finfo(mag.dtype).eps * mag.amax(-1, keepdim=True)
     if bool((mag <= tol).any()):
         raise SingularMatrixError("Fourier mask has a (numerically) zero eigenvalue")
-    return Fourier(1.0 / a.eigvals, real=a.real)
+    return Fourier(check_overflow(1.0 / a.eigvals, "Fourier.inv() eigenvalues"), real=a.real)
 
 
 def dft_inverse(a: DFT) -> DFT:

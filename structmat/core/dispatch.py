@@ -24,6 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from structmat.core.validation import trusted_parameters
+
 __all__ = ["Rule", "register", "rules", "resolve", "apply", "OPERATIONS", "FALLBACK", "NoRuleError"]
 
 #: Operations the registry knows, with their arity.
@@ -146,4 +148,5 @@ def apply(op: str, *operands):
     if rule is None:
         names = ", ".join(type(x).__name__ for x in operands)
         raise NoRuleError(f"no structured {op} for {names}")
-    return rule.fn(*operands)
+    with trusted_parameters():  # the operands were checked when they were made
+        return rule.fn(*operands)

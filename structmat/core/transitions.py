@@ -127,6 +127,14 @@ class Transitions:
         A = self.actual().to(dtype or self.dtype)
         return A[..., None].expand(*A.shape, N) if self.kind in ("log", "scalar") else A
 
+    def log_decays(self) -> torch.Tensor | None:
+        """``(*, T)`` log decays of scalar decay transitions (the kind a ``OneSS`` keeps), else None."""
+        return self.values if self.kind == "log" else None
+
+    def promote(self, dtype: torch.dtype) -> torch.dtype:
+        """The dtype of a matrix with these transitions and maps of ``dtype`` (real decays do not make it wider)."""
+        return dtype if self.kind == "log" else torch.promote_types(dtype, self.dtype)
+
     def log_diagonals(self, N: int) -> torch.Tensor | None:
         """``(*, T, N)`` log decays when every transition is a non-negative real diagonal (step 0 ignored), else None."""
         if self.kind == "log":

@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
-__all__ = ["SingularMatrixError", "as_tensor", "check_finite", "skip_finite_checks", "finite_checks_enabled",
-           "broadcast_batch"]
+__all__ = ["SingularMatrixError", "as_tensor", "check_finite", "check_overflow", "skip_finite_checks",
+           "finite_checks_enabled", "trusted_parameters", "broadcast_batch"]
 
 
 class SingularMatrixError(ValueError):
@@ -27,7 +27,20 @@ _STATE = threading.local()
 
 def finite_checks_enabled() -> bool:
     """Whether constructors check their parameters for NaN and infinities (on by default)."""
-    return getattr(_STATE, "finite_checks", True)
+    return getattr(_STATE, "finite_checks", True) and not getattr(_STATE, "trusted", False)
+
+
+@contextlib.contextmanager
+def trusted_parameters() -> Iterator[None]:
+    """Within the block, constructors trust their parameters: the closure rules build results from
+    operands that were checked when they were made (overflow is checked where it can arise, by
+    :func:`check_overflow`)."""
+    previous = getattr(_STATE, "trusted", False)
+    _STATE.trusted = True
+    try:
+        yield
+    finally:
+        _STATE.trusted = previous
 
 
 @contextlib.contextmanager
@@ -75,6 +88,14 @@ def check_finite(x: torch.Tensor, name: str, *, allow_neg_inf: bool = False) -> 
     if not bool(ok):
         allowed = " (-inf allowed)" if allow_neg_inf else ""
         raise ValueError(f"{name} must be finite{allowed}; found NaN or inf")
+
+
+def check_overflow(x: torch.Tensor, what: str) -> torch.Tensor:
+    """``x`` if finite, else a ``SingularMatrixError``: a computed result (an inverse's entries) overflowed its dtype."""
+    if getattr(_STATE, "finite_checks", True) and x.numel() and x.device.type != "meta" and not bool(torch.isfinite(x).all()):
+        raise SingularMatrixError(f"{what} overflows {str(x.dtype).replace('torch.', '')}: the matrix is singular or too "
+                                  "close to singular in this dtype (try float64)")
+    return x
 
 
 def broadcast_batch(*named: tuple[str, torch.Size | tuple[int, ...]]) -> torch.Size:

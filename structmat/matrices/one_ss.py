@@ -80,9 +80,10 @@ class OneSS(SSS):
 
     @classmethod
     def _from_generators(cls, G: Generators, lower: bool) -> SSS:
-        if G.A.kind != "log" or G.order != 1 or G.D is not None:
+        log_a = G.A.log_decays()
+        if log_a is None or G.order != 1 or G.D is not None:
             return SSS(G.A, G.B, G.C, G.D, lower=lower)
-        return OneSS(G.A.values, b=G.B[..., 0], c=G.C[..., 0], lower=lower)
+        return OneSS(log_a, b=G.B[..., 0], c=G.C[..., 0], lower=lower)
 
     # --- constructors -------------------------------------------------------------------------------
     @classmethod

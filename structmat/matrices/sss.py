@@ -68,9 +68,8 @@ class SSS(StructuredMatrix):
         for name, t in (("B", B), ("C", C), ("D", D)):
             if t is not None:
                 check_finite(t, name)
-        dtype = torch.promote_types(B.dtype, C.dtype)
-        for t in (D, None if A.kind == "log" else A.values):
-            dtype = dtype if t is None else torch.promote_types(dtype, t.dtype)
+        dtype = A.promote(torch.promote_types(B.dtype, C.dtype) if D is None else
+                          torch.promote_types(torch.promote_types(B.dtype, C.dtype), D.dtype))
         named = [("A", A.batch_shape), ("B", B.shape[:-2]), ("C", C.shape[:-2])] + ([] if D is None else [("D", D.shape[:-1])])
         batch = broadcast_batch(*named)
         self.transitions = A.cast(dtype)
