@@ -6,76 +6,43 @@ import torch
 
 from structmat.core.base import StructuredMatrix
 from structmat.core.validation import as_tensor
-from structmat.linalg.semiseparable import Generators
+from structmat.linalg.hankel import hankel_ranks
 from structmat.matrices.bidiagonal import Bidiagonal
 from structmat.matrices.dense import Dense
 from structmat.matrices.diagonal import Diagonal
 from structmat.matrices.lowrank import LowRank
+from structmat.matrices.quasiseparable import Quasiseparable
 from structmat.matrices.sss import SSS
 
-__all__ = ["semiseparable_rank"]
+__all__ = ["semiseparable_rank", "DENSE_RANK_MAX"]
+
+#: Classes with no semiseparable structure (Toeplitz, Fourier, lazy sums and products) get their rank
+#: from the dense form up to this length: ``O(T^3)`` SVDs, about a second at 1024 on this project's CPU.
+DENSE_RANK_MAX = 1024
 
 
 def _dense_rank(M: torch.Tensor, tol: float | None, strict: bool) -> int:
+    """Ranks of the blocks from their singular values, counted against the whole matrix's 2-norm (so
+    blocks that are rounding noise of a cancelled matrix count as zero)."""
     T = M.shape[-1]
+    if T == 0:
+        return 0
     M = M.to(torch.complex128 if M.is_complex() else torch.float64)
-    svals = []
+    norm = torch.linalg.matrix_norm(M, ord=2).max().clamp_min(1e-300)
+    cut = (T * torch.finfo(torch.float64).eps if tol is None else tol) * norm
+    ranks = [0]
     for k in range(T - 1 if strict else T):
         sub = M[..., k + 1 :, : k + 1] if strict else M[..., k:, : k + 1]
-        svals.append(torch.linalg.svdvals(sub).flatten())
-    s = torch.cat(svals) if svals else torch.zeros(1, dtype=torch.float64)
-    cut = (T * torch.finfo(torch.float64).eps if tol is None else tol) * s.max().clamp_min(1e-300)
-    n = max(1, int(torch.tensor(M.shape[:-2]).prod()) if M.dim() > 2 else 1)
-    return max((int((sv > cut).sum()) for block in svals for sv in block.reshape(n, -1)), default=0)
-
-
-def _psd_sqrt(G: torch.Tensor) -> torch.Tensor:
-    w, U = torch.linalg.eigh(G)
-    return (U * w.clamp_min(0).sqrt()[..., None, :]) @ U.mH
-
-
-def _gramians(G: Generators, A: torch.Tensor):
-    """Reachability ``P_k = R_k R_k^H`` (``R_k = [A_k R_{k-1}, B_k]``) and observability
-    ``G_k = Omega_k^H Omega_k`` (``Omega_k = [C_k^T; Omega_{k+1} A_{k+1}]``), stacked over ``k``."""
-    batch, T, N = G.batch_shape, G.length, G.order
-    reach, obs = [], [None] * T
-    P = torch.zeros(*batch, N, N, dtype=A.dtype)
-    for k in range(T):
-        Bk = G.B[..., k, :, None]
-        P = (A[..., k, :, :] @ P @ A[..., k, :, :].mH if k else 0) + Bk @ Bk.mH
-        reach.append(P)
-    W = torch.zeros(*batch, N, N, dtype=A.dtype)
-    for k in reversed(range(T)):
-        Ck = G.C[..., k, :, None]
-        W = Ck.conj() @ Ck.mT + (A[..., k + 1, :, :].mH @ W @ A[..., k + 1, :, :] if k + 1 < T else 0)
-        obs[k] = W
-    return torch.stack(reach, -3), torch.stack(obs, -3)
+        ranks.append(int((torch.linalg.svdvals(sub) > cut).sum(-1).max()))
+    return max(ranks)
 
 
 def _sss_rank(M: SSS, tol: float | None, strict: bool) -> int:
-    """Ranks from Gram matrices of the observability and reachability factors, ``O(T N^3)``."""
-    M = M.to(torch.complex128 if M.dtype.is_complex else torch.float64)
+    """The largest Hankel-block rank, from the generators (:mod:`structmat.linalg.hankel`), ``O(T N^3)``."""
     if not M.lower:  # the on-and-below part of an upper matrix is its diagonal
         return 0 if strict else int(bool((M.diagonal() != 0).any()))
-    batch, T, N = M.batch_shape, M.shape[-1], M.order
-    if T == 0 or N == 0:
-        return 0 if strict else int(bool((M.diagonal() != 0).any()))
-    G = M.generators.expand(batch)
-    A = G.A.matrices(N, M.dtype).expand(*batch, T, N, N)
-    reach, obs = _gramians(G, A)
-    if strict:
-        left = A[..., 1:, :, :].mH @ obs[..., 1:, :, :] @ A[..., 1:, :, :]
-        right = reach[..., :-1, :, :]
-    else:
-        Cc, Bc = G.C.conj()[..., None], G.B[..., None]
-        dl = (G.diagonal() - (G.C * G.B).sum(-1))[..., None, None]
-        left = torch.cat([torch.cat([obs, dl * Cc], -1), torch.cat([(dl * Cc).mH, (dl.abs() ** 2).to(M.dtype)], -1)], -2)
-        right = torch.cat([torch.cat([reach, Bc], -1), torch.cat([Bc.mH, torch.ones_like(dl)], -1)], -2)
-    if left.shape[-3] == 0:
-        return 0
-    s = torch.linalg.svdvals(_psd_sqrt(left) @ _psd_sqrt(right))
-    cut = (N * torch.finfo(torch.float64).eps ** 0.5 if tol is None else tol) * s.max().clamp_min(1e-300)
-    return int((s > cut).sum(-1).max())
+    ranks = hankel_ranks(M.generators, tol, strict)
+    return int(ranks.max()) if ranks.numel() else 0
 
 
 def semiseparable_rank(M, tol: float | None = None, strict: bool = False) -> int:
@@ -85,8 +52,10 @@ def semiseparable_rank(M, tol: float | None = None, strict: bool = False) -> int
     Parameters
     ----------
     M : array_like of shape ``(*, T, T)`` or a structured matrix
-        Structured inputs convertible to an SSS are handled from their parameters in
-        ``O(T N^3)`` without densifying; other structured inputs raise ``TypeError``.
+        SSS-like inputs (``SSS``, ``OneSS``, ``Bidiagonal``, ``LowRank``, ``Diagonal``, and the
+        lower part of a ``Quasiseparable``: pass ``M.T`` for the upper one) are handled from their
+        parameters in ``O(T N^3)`` without densifying; other classes from their dense form up to
+        ``T = DENSE_RANK_MAX``, a ``TypeError`` above.
     tol : float, optional
         Singular values below ``tol`` times the largest one count as zero. Default ``T eps``
         (dense) or ``N sqrt(eps)`` (structured, which works with Gram matrices).
@@ -113,10 +82,12 @@ def semiseparable_rank(M, tol: float | None = None, strict: bool = False) -> int
             return _sss_rank(M.tril(), tol, strict)
         if isinstance(M, Diagonal):
             return 0 if strict else int(bool((M.diagonal() != 0).any()))
-        if isinstance(M, Dense):
-            return _dense_rank(M.M, tol, strict)
-        raise TypeError(f"semiseparable_rank has no structured path for {type(M).__name__}; "
-                        "pass M.to_dense() explicitly if densifying is intended")
+        if isinstance(M, Quasiseparable):  # on-and-below: the lower part and the diagonal (M.T for the upper)
+            return _sss_rank(M.tril(), tol, strict)
+        if isinstance(M, Dense) or M.shape[-1] <= DENSE_RANK_MAX:
+            return _dense_rank(M.to_dense(), tol, strict)
+        raise TypeError(f"semiseparable_rank has no structured path for {type(M).__name__} and T = {M.shape[-1]} > "
+                        f"{DENSE_RANK_MAX}; pass M.to_dense() explicitly if densifying is intended")
     M = as_tensor(M, "M")
     if M.dim() < 2 or M.shape[-1] != M.shape[-2]:
         raise ValueError(f"M must have shape (*, T, T); got {tuple(M.shape)}")

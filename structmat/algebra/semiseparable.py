@@ -15,7 +15,7 @@ from structmat.core.validation import SingularMatrixError, check_overflow
 from structmat.linalg.semiseparable import Generators
 from structmat.matrices.diagonal import Diagonal
 from structmat.matrices.one_ss import OneSS
-from structmat.matrices.sss import SSS
+from structmat.matrices.sss import SSS, SSSInverse
 
 __all__ = ["same_orientation", "different_orientation", "build", "sss_add", "sss_matmul", "sss_hadamard", "sss_inverse",
            "sss_add_diagonal", "diagonal_matmul_sss", "sss_matmul_diagonal", "lower_times_upper_diagonal"]
@@ -143,7 +143,7 @@ def sss_inverse(M: SSS) -> SSS:
     scale = d.abs() + (G.C.abs() * G.B.abs()).sum(-1)
     if bool((delta.abs() > torch.finfo(M.dtype).eps ** 0.5 * scale).all()):
         P_prev = torch.cat([eye.expand_as(P[..., :1, :, :]), P[..., :-1, :, :]], dim=-3)
-        return SSS(Transitions(A @ P_prev, "dense"), G.B / delta[..., None], -G.C / d[..., None], 1.0 / d, lower=M.lower)
+        return SSSInverse(M, Generators(Transitions(A @ P_prev, "dense"), G.B / delta[..., None], -G.C / d[..., None], 1.0 / d))
     Q_prev = torch.cat([torch.zeros_like(P[..., :1, :, :]), (P @ A)[..., :-1, :, :]], dim=-3)  # Q_t = P_t A_t, a step late
     g = G.B / d[..., None]
     g_prev = torch.cat([torch.zeros_like(g[..., :1, :]), g[..., :-1, :]], dim=-2)
@@ -153,4 +153,4 @@ def sss_inverse(M: SSS) -> SSS:
     e[-1] = 1
     out_map = -(A.transpose(-1, -2) @ G.C[..., None])[..., 0] / d[..., None]
     C_new = torch.cat([out_map, torch.zeros_like(out_map[..., :1])], dim=-1)
-    return SSS(Transitions(A_new, "dense"), e.expand(*batch, T, N + 1), C_new, 1.0 / d, lower=M.lower)
+    return SSSInverse(M, Generators(Transitions(A_new, "dense"), e.expand(*batch, T, N + 1), C_new, 1.0 / d))

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from structmat.core import dispatch
-from structmat.core.validation import as_tensor, broadcast_batch
+from structmat.core.validation import as_tensor, broadcast_batch, trusted_parameters
 
 __all__ = ["StructuredMatrix", "is_scalar"]
 
@@ -209,6 +209,9 @@ class StructuredMatrix(abc.ABC):
 
     def to(self, *args, **kwargs) -> StructuredMatrix:
         """Like ``torch.Tensor.to``: move every parameter to a dtype and/or device."""
+        if _range(_target_dtype(self.dtype, args, kwargs)) >= _range(self.dtype):  # no overflow: checked when made
+            with trusted_parameters():
+                return self._map(lambda t: t.to(*args, **kwargs))
         return self._map(lambda t: t.to(*args, **kwargs))
 
     def double(self) -> StructuredMatrix:
@@ -220,6 +223,22 @@ class StructuredMatrix(abc.ABC):
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
         out = self.to_dense().detach().cpu().resolve_conj().numpy()
         return out.astype(dtype) if dtype is not None else out
+
+
+def _target_dtype(dtype: torch.dtype, args, kwargs) -> torch.dtype:
+    """The dtype a ``.to(*args, **kwargs)`` call asks for (``dtype`` if it names none)."""
+    for a in (*args, kwargs.get("dtype"), kwargs.get("other")):
+        if isinstance(a, torch.dtype):
+            return a
+        if isinstance(a, torch.Tensor):
+            return a.dtype
+    return dtype
+
+
+def _range(dtype: torch.dtype) -> float:
+    """The largest finite magnitude of a floating or complex dtype (a cast to a smaller one can overflow)."""
+    return torch.finfo(dtype.to_real() if dtype.is_complex else dtype).max if (dtype.is_floating_point or dtype.is_complex) \
+        else float("inf")
 
 
 _SAME_SHAPE = {"add": "add", "hadamard": "hadamard"}

@@ -9,9 +9,9 @@ compiled solvers run it step for step with the same arithmetic as the loop (no p
 
 Both run in float64 whatever the input dtype: a float32 decay such as ``1 - 1e-7`` would round by
 ``~2e-8`` per step, and that error compounds over ``10^6`` steps. The backward pass is the
-transposed system, the same recurrence in reversed time. On other devices, for complex data, and
-for many columns per decay (where the vectorised blocked scan of :mod:`structmat.linalg.scan` is faster)
-the callers use that scan instead.
+transposed system, the same recurrence in reversed time (:mod:`structmat.linalg.first_order` holds
+the autograd). On other devices, for complex data, and for many columns per decay (where the
+vectorised blocked scan of :mod:`structmat.linalg.scan` is faster) that scan runs instead.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import scipy.linalg.lapack
 import scipy.signal
 import torch
 
-__all__ = ["cpu_scan", "MAX_BANDED_COLUMNS"]
+__all__ = ["compiled_path", "solve", "MAX_BANDED_COLUMNS"]
 
 #: Above this many columns per decay row the blocked scan beats ``dtbtrs`` (one column at a time).
 MAX_BANDED_COLUMNS = 64
@@ -39,26 +39,13 @@ def _constant(log_a: torch.Tensor) -> float | None:
     return float(torch.exp(lo.double())) if bool(lo == hi) else None
 
 
-def cpu_scan(log_a: torch.Tensor, X: torch.Tensor) -> torch.Tensor | None:
-    """``h_t = exp(log_a_t) h_{t-1} + X_t`` for ``X (*, T, K)``, or None where no compiled path applies.
-
-    Differentiable once in ``log_a`` and ``X``; ``log_a[..., 0]`` is unused. ``O(T K)`` per batch row.
-
-    Examples
-    --------
-    >>> import torch
-    >>> h = cpu_scan(torch.log(torch.tensor([1.0, 0.5, 0.0, 0.5])), torch.ones(4, 1))
-    >>> h[:, 0]
-    tensor([1.0000, 1.5000, 1.0000, 1.5000])
-    """
+def compiled_path(log_a: torch.Tensor, X: torch.Tensor) -> tuple[bool, float | None]:
+    """``(applies, a_const)``: whether a compiled solver runs ``X (*, T, K)`` (real CPU data, and a
+    constant decay or at most :data:`MAX_BANDED_COLUMNS` columns), and the constant decay if there is one."""
     if X.device.type != "cpu" or X.dtype not in (torch.float32, torch.float64) or X.shape[-2] < 2:
-        return None
+        return False, None
     a_const = _constant(log_a)
-    if a_const is None and X.shape[-1] > MAX_BANDED_COLUMNS:
-        return None
-    batch = torch.broadcast_shapes(log_a.shape[:-1], X.shape[:-2])
-    h = _FirstOrder.apply(log_a.to(torch.float64), X.to(torch.float64).expand(*batch, *X.shape[-2:]), a_const)
-    return h.to(X.dtype)
+    return a_const is not None or X.shape[-1] <= MAX_BANDED_COLUMNS, a_const
 
 
 def _band(log_a: torch.Tensor) -> np.ndarray:
@@ -78,17 +65,23 @@ def _band(log_a: torch.Tensor) -> np.ndarray:
     return band
 
 
-def _solve(log_a: torch.Tensor, X: torch.Tensor, a_const: float | None, transpose: bool) -> torch.Tensor:
+def solve(log_a: torch.Tensor, X: torch.Tensor, a_const: float | None, transpose: bool) -> torch.Tensor:
     """``(I - S diag(a))^{-1} X`` (or its transpose) for float64 ``log_a (*a, T)``, ``X (*, T, K)``.
 
     Pure numpy/LAPACK on purpose: small torch ops between sequential solves wake torch's idle
-    thread pool each time, which costs more than the solve on a 2-core machine.
+    thread pool each time, which costs more than the solve on a 2-core machine. Not differentiated.
+
+    Examples
+    --------
+    >>> log_a = torch.log(torch.tensor([1.0, 0.5, 0.0, 0.5], dtype=torch.float64))
+    >>> solve(log_a, torch.ones(4, 1, dtype=torch.float64), None, transpose=False)[:, 0]
+    tensor([1.0000, 1.5000, 1.0000, 1.5000], dtype=torch.float64)
     """
-    if a_const is not None:
-        x = X.detach().numpy()
-        x = x[..., ::-1, :] if transpose else x
-        y = scipy.signal.lfilter([1.0], [1.0, -a_const], x, axis=-2)
-        return torch.from_numpy(np.ascontiguousarray(y[..., ::-1, :] if transpose else y))
+    if a_const is not None:  # time last and contiguous: lfilter runs fastest along a contiguous axis
+        x = np.ascontiguousarray(np.swapaxes(X.detach().numpy(), -1, -2))
+        x = x[..., ::-1] if transpose else x
+        y = scipy.signal.lfilter([1.0], [1.0, -a_const], x, axis=-1)
+        return torch.from_numpy(np.ascontiguousarray(np.swapaxes(y[..., ::-1] if transpose else y, -1, -2)))
     T, K = X.shape[-2:]
     rows = X.detach().reshape(-1, T, K)
     band = _band(log_a)
@@ -111,24 +104,3 @@ def _banded_solve(band: np.ndarray, which, cols: torch.Tensor, transpose: bool) 
         if info != 0:  # a unit-diagonal solve cannot be singular; only bad arguments land here
             raise RuntimeError(f"LAPACK dtbtrs failed with info = {info}")
     return torch.from_numpy(out)
-
-
-class _FirstOrder(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, log_a, X, a_const):
-        h = _solve(log_a, X, a_const, transpose=False)
-        ctx.save_for_backward(log_a, h)
-        ctx.a_const = a_const
-        return h
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad):
-        log_a, h = ctx.saved_tensors
-        lam = _solve(log_a, grad, ctx.a_const, transpose=True)
-        grad_log_a = None
-        if ctx.needs_input_grad[0]:
-            # h_t = a_t h_{t-1} + x_t: dL/dlog_a_t = a_t <lam_t, h_{t-1}>
-            ga = (lam[..., 1:, :] * h[..., :-1, :]).sum(-1) * torch.exp(log_a[..., 1:])
-            grad_log_a = torch.cat([torch.zeros_like(ga[..., :1]), ga], dim=-1).sum_to_size(log_a.shape)
-        return grad_log_a, lam, None

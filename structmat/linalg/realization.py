@@ -3,8 +3,9 @@
 Two sweeps of the same step: a forward *reachability* sweep keeps, at each ``t``, an orthonormal
 basis ``V_t`` of ``range([A_t V_{t-1}, B_t])`` and projects the state onto it
 (``A'_t = V_t^H A_t V_{t-1}``, ``B'_t = V_t^H B_t``, ``C'_t = V_t^T C_t``); the *observability*
-sweep is the reachability sweep of the flipped transpose ``J M^T J``, flipped back. Both are exact
-up to the singular values dropped below ``tol``. Cost ``O(T N^3)`` with a Python step per time
+sweep is the reachability sweep of the flipped transpose ``J M^T J``, flipped back. The bases carry
+their weights (square roots of the Gramians), so directions are dropped by their actual size, not
+by their size after renormalisation. Exact up to the weights dropped below ``tol``. Cost ``O(T N^3)`` with a Python step per time
 index: an analysis tool, not a hot path.
 """
 
@@ -21,17 +22,21 @@ __all__ = ["minimal_realization"]
 
 
 def _reachability_sweep(A: torch.Tensor, B: torch.Tensor, C: torch.Tensor, tol: float):
-    """One sweep on dense ``A (*, T, N, N)``; returns the reduced ``(A', B', C')`` padded to the largest rank."""
+    """One sweep on dense ``A (*, T, N, N)``; returns the reduced ``(A', B', C')`` padded to the largest rank.
+
+    The basis carries its weights (``W_t = V_t diag(s_t)``, a square root of the reachability
+    Gramian): a direction is kept while its weight is above ``tol`` times the largest, so rounding
+    noise stays at its own small weight even where an unstable ``A`` amplifies every direction."""
     T = B.shape[-2]
     bases = []
-    V = None
+    W = None
     for t in range(T):
         Bt = B[..., t, :, None]
-        K = Bt if V is None else torch.cat([A[..., t, :, :] @ V, Bt], dim=-1)
+        K = Bt if W is None else torch.cat([A[..., t, :, :] @ W, Bt], dim=-1)
         U, s, _ = torch.linalg.svd(K, full_matrices=False)
-        keep = s > tol * s[..., :1].clamp_min(torch.finfo(s.dtype).tiny)
-        V = U[..., :, : max(int(keep.sum(-1).max()), 1)]
-        bases.append(V)
+        r = max(int((s > tol * s[..., :1].clamp_min(torch.finfo(s.dtype).tiny)).sum(-1).max()), 1)
+        bases.append(U[..., :, :r])
+        W = U[..., :, :r] * s[..., None, :r].to(U.dtype)
     r_max = max(V.shape[-1] for V in bases)
     Vs = torch.stack([torch.nn.functional.pad(V, (0, r_max - V.shape[-1])) for V in bases], dim=-3)  # (*, T, N, r)
     V_prev = torch.cat([torch.zeros_like(Vs[..., :1, :, :]), Vs[..., :-1, :, :]], dim=-3)

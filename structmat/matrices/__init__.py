@@ -8,8 +8,8 @@ from structmat.matrices.fourier import Fourier
 from structmat.matrices.lowrank import LowRank
 from structmat.matrices.one_ss import OneSS
 from structmat.matrices.quasiseparable import Quasiseparable
-from structmat.matrices.sss import SSS
+from structmat.matrices.sss import SSS, SSSInverse
 from structmat.matrices.toeplitz import Toeplitz, ToeplitzInverse
 
-__all__ = ["Bidiagonal", "Dense", "DFT", "Diagonal", "Fourier", "LowRank", "OneSS", "Quasiseparable", "SSS", "Toeplitz",
+__all__ = ["Bidiagonal", "Dense", "DFT", "Diagonal", "Fourier", "LowRank", "OneSS", "Quasiseparable", "SSS", "SSSInverse", "Toeplitz",
            "ToeplitzInverse"]

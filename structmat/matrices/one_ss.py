@@ -5,9 +5,8 @@ from __future__ import annotations
 import torch
 
 from structmat.core.transitions import Transitions
-from structmat.core.validation import as_tensor, check_finite
-from structmat.linalg import iir
-from structmat.linalg.scan import decay_scan
+from structmat.core.validation import as_tensor, check_finite, trusted_parameters
+from structmat.linalg.first_order import first_order_scan
 from structmat.linalg.segsum import segsum
 from structmat.linalg.semiseparable import Generators
 from structmat.matrices.sss import SSS
@@ -57,6 +56,7 @@ class OneSS(SSS):
     """
 
     def __init__(self, log_a, *, b=None, c=None, lower: bool = True):
+        self.decays = None  # the decays themselves where the matrix was built from them (exact gradients at 0)
         log_a = as_tensor(log_a, "log_a")
         if log_a.is_complex():
             raise TypeError("log_a must be real (log of non-negative decays)")
@@ -69,13 +69,15 @@ class OneSS(SSS):
         ones = torch.ones((*log_a.shape, 1), dtype=log_a.dtype, device=log_a.device)
         B = ones if self.b is None else self.b[..., None]
         C = ones if self.c is None else self.c[..., None]
-        super().__init__(Transitions.from_log(log_a), B, C, lower=lower)
+        with trusted_parameters():  # checked above, once
+            super().__init__(Transitions.from_log(log_a), B, C, lower=lower)
 
     @staticmethod
     def _scaling(x, name, log_a):
         x = as_tensor(x, name, device=log_a.device)
         if x.dim() != log_a.dim() or x.shape[-1] != log_a.shape[-1]:
             raise ValueError(f"{name} must have shape (*, T) like log_a {tuple(log_a.shape)}; got {tuple(x.shape)}")
+        check_finite(x, name)
         return x
 
     @classmethod
@@ -85,6 +87,36 @@ class OneSS(SSS):
             return SSS(G.A, G.B, G.C, G.D, lower=lower)
         return OneSS(log_a, b=G.B[..., 0], c=G.C[..., 0], lower=lower)
 
+    # --- structure: unit scalings stay None (the matvec then skips them) ---------------------------
+    def _with_decays(self, decays: torch.Tensor | None) -> OneSS:
+        self.decays = decays if decays is None or decays.dtype == self.log_a.dtype else decays.to(self.log_a.dtype)
+        return self
+
+    def _map(self, fn) -> OneSS:
+        keep = lambda t: None if t is None else fn(t)  # noqa: E731
+        real = lambda t: None if t is None else (lambda u: u.real if u.is_complex() else u)(fn(t))  # noqa: E731
+        c = keep(self.c)
+        if self.b is None and c is None:  # the scalings carry a complex dtype; the decays stay real
+            probe = fn(torch.ones((), dtype=self.dtype, device=self.device))
+            if probe.is_complex():
+                c = probe.expand(self.log_a.shape)
+        out = OneSS(self.transitions.map(fn).values, b=keep(self.b), c=c, lower=self.lower)
+        return out._with_decays(real(self.decays))
+
+    @property
+    def T(self) -> OneSS:
+        return OneSS(self.log_a, b=self.b, c=self.c, lower=not self.lower)._with_decays(self.decays)
+
+    def _scale(self, s) -> OneSS:
+        c = torch.ones_like(self.log_a, dtype=self.dtype) if self.c is None else self.c
+        return OneSS(self.log_a, b=self.b, c=c * s, lower=self.lower)._with_decays(self.decays)
+
+    def reverse(self) -> OneSS:
+        flip = lambda t: None if t is None else torch.flip(t, (-1,))  # noqa: E731
+        rev = lambda t: None if t is None else torch.roll(torch.flip(t, (-1,)), 1, dims=-1)  # noqa: E731
+        out = OneSS(self.transitions.reversed().values, b=flip(self.c), c=flip(self.b), lower=not self.lower)
+        return out._with_decays(rev(self.decays))
+
     # --- constructors -------------------------------------------------------------------------------
     @classmethod
     def from_decays(cls, a, *, b=None, c=None, dtype: torch.dtype | None = None, device=None) -> OneSS:
@@ -93,7 +125,7 @@ class OneSS(SSS):
         if a.is_complex() or bool((a < 0).any()):
             raise ValueError("a must be real and >= 0 (use SSS for signed or complex transitions)")
         check_finite(a, "a")
-        return cls(safe_log(a), b=b, c=c)
+        return cls(safe_log(a), b=b, c=c)._with_decays(a)
 
     @classmethod
     def causal(cls, T: int, *, dtype: torch.dtype | None = None, device=None) -> OneSS:
@@ -109,6 +141,11 @@ class OneSS(SSS):
             raise ValueError("gamma must be >= 0")
         return cls(safe_log(g)[..., None].expand(*g.shape, T))
 
+    def solve(self, Y) -> torch.Tensor:
+        """Solve ``M X = Y`` through the exact bidiagonal inverse: ``O(T K)``, no scan."""
+        self._check_square("solve()")
+        return self.inv().matmul(Y)
+
     # --- products -----------------------------------------------------------------------------------
     def to_dense(self) -> torch.Tensor:
         """``c_j exp(segsum(log_a))[j, i] b_i``, the segment sums as masked cumulative sums."""
@@ -121,7 +158,5 @@ class OneSS(SSS):
         if not self.lower:  # M = J F J with F = J M J lower: the same fast paths
             return torch.flip(self.reverse()._matmat(torch.flip(X, (-2,))), (-2,))
         u = X if self.b is None else self.b[..., None] * X
-        h = iir.cpu_scan(self.log_a, u)  # compiled code on the CPU (LAPACK / lfilter), else the blocked scan
-        if h is None:
-            h = decay_scan(torch.cat([torch.zeros_like(self.log_a[..., :1]), self.log_a[..., 1:]], dim=-1), u)
+        h = first_order_scan(self.log_a, u, self.decays)  # compiled code on the CPU, the blocked scan elsewhere
         return h if self.c is None else self.c[..., None] * h

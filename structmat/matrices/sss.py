@@ -11,7 +11,7 @@ from structmat.linalg.block_solve import block_solve
 from structmat.linalg.realization import minimal_realization
 from structmat.linalg.semiseparable import Generators
 
-__all__ = ["SSS"]
+__all__ = ["SSS", "SSSInverse"]
 
 
 class SSS(StructuredMatrix):
@@ -169,3 +169,38 @@ class SSS(StructuredMatrix):
         U = as_tensor(U, "U")
         V = as_tensor(V, "V", device=U.device)
         return cls(torch.ones(U.shape[:-1], dtype=U.dtype, device=U.device), V, U)
+
+
+class SSSInverse(SSS):
+    """``M^{-1}`` of an SSS ``M``, in SSS form (the generators of the inversion recurrence, see
+    :func:`structmat.algebra.semiseparable.sss_inverse`), whose products run ``M.solve``: the block
+    forward substitution keeps diagonal transitions diagonal (``O(T (L + N) K)``), where the
+    inverse's own transitions are dense (``O(T N^2 K)``). Everything else (closure operations,
+    ``to_dense``, ``order``) uses the inverse's generators.
+
+    Examples
+    --------
+    >>> import torch, structmat as sm
+    >>> M = sm.SSS(torch.rand(6, 2, dtype=torch.float64), torch.randn(6, 2, dtype=torch.float64),
+    ...            torch.randn(6, 2, dtype=torch.float64), D=3 + torch.rand(6, dtype=torch.float64))
+    >>> inverse = M.inv()
+    >>> type(inverse).__name__, inverse.order
+    ('SSSInverse', 2)
+    >>> bool(torch.allclose(inverse @ (M @ torch.ones(6, dtype=torch.float64)), torch.ones(6, dtype=torch.float64)))
+    True
+    """
+
+    def __init__(self, of: SSS, generators: Generators):
+        self.of = of
+        super().__init__(generators.A, generators.B, generators.C, generators.D, lower=of.lower)
+
+    def _matmat(self, X: torch.Tensor) -> torch.Tensor:
+        return self.of.solve(X)
+
+    def _map(self, fn) -> SSSInverse:
+        G = self.generators
+        return SSSInverse(self.of._map(fn), Generators(G.A.map(fn), fn(G.B), fn(G.C), None if G.D is None else fn(G.D)))
+
+    @property
+    def T(self) -> SSSInverse:
+        return SSSInverse(self.of.T, self.generators)

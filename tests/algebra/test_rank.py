@@ -3,12 +3,13 @@
 import numpy as np
 import pytest
 import torch
-from conftest import F64, randn
+from conftest import F64, rand, randn
 from hypothesis import given
 from hypothesis import strategies as st
 
 import structmat as sm
 import structmat.testing as smt
+from structmat.algebra.rank import DENSE_RANK_MAX
 
 
 @given(st.one_of(smt.sss(batch=(), T=25), smt.one_ss(batch=(), T=25), smt.bidiagonals(batch=(), T=25)), st.booleans())
@@ -43,7 +44,23 @@ def test_structured_paths_and_errors():
     assert (sm.semiseparable_rank(M), sm.semiseparable_rank(M.inv()), sm.semiseparable_rank(M.inv(), strict=True)) == (1, 2, 1)
     assert sm.semiseparable_rank(sm.Diagonal(torch.ones(4)), strict=True) == 0
     assert sm.semiseparable_rank(sm.LowRank(randn(6, 2), randn(6, 2, seed=1))) == 2
-    with pytest.raises(TypeError, match="no structured path"):
-        sm.semiseparable_rank(M + sm.Dense(torch.ones(20, 20, dtype=F64)))
+    S = M + sm.Dense(torch.ones(20, 20, dtype=F64))  # a lazy Sum: its dense form below DENSE_RANK_MAX
+    assert sm.semiseparable_rank(S) == sm.semiseparable_rank(S.to_dense())
+    with pytest.raises(TypeError, match="no structured path for Toeplitz"):
+        sm.semiseparable_rank(sm.Toeplitz(torch.ones(DENSE_RANK_MAX + 1, dtype=F64)))
     with pytest.raises(ValueError, match=r"M must have shape \(\*, T, T\)"):
         sm.semiseparable_rank(torch.ones(3, 4))
+
+
+def test_cancellation_scale_and_quasiseparable_paths():
+    M = sm.SSS(rand(20, 3), randn(20, 3), randn(20, 3, seed=1), D=3 + rand(20, seed=2))
+    r = sm.semiseparable_rank
+    identity = M.inv() @ M  # an SSS of order 6 whose strictly lower part cancels exactly
+    assert (r(identity), r(identity, strict=True)) == (1, 0)
+    assert (r(M - M), r(M - M, strict=True)) == (0, 0)
+    assert r(M * 1e-170) == r(M * 1e160) == r(M) == r(M.to_dense()) == 4
+    assert r(identity.to_dense(), strict=True) == 0  # dense blocks of noise count against the matrix's norm
+    Q = sm.Quasiseparable.bidirectional(M, sm.OneSS.from_decays(rand(20, seed=3)))
+    assert r(Q) == r(Q.to_dense()) and r(Q.T) == r(Q.to_dense().T)
+    T = sm.Toeplitz(randn(12, seed=4))
+    assert r(T, strict=True) == r(T.to_dense(), strict=True)

@@ -1,6 +1,7 @@
 """Recurrences: the blocked scan, the 1-SS hot path and the compiled CPU solvers against the plain loop."""
 
 import numpy as np
+import pytest
 import torch
 from conftest import F64, close, rand, randn
 from hypothesis import given
@@ -8,7 +9,8 @@ from hypothesis import strategies as st
 
 import structmat as sm
 import structmat.testing as smt
-from structmat.linalg.iir import MAX_BANDED_COLUMNS, cpu_scan
+from structmat.linalg.first_order import first_order_scan
+from structmat.linalg.iir import MAX_BANDED_COLUMNS, compiled_path
 from structmat.linalg.scan import decay_scan, linear_scan, linear_scan_sequential
 from structmat.linalg.segsum import segsum
 from structmat.matrices.one_ss import safe_log
@@ -28,32 +30,55 @@ broadcast_pairs = st.sampled_from([((), ()), ((2,), (2,)), ((1,), (3,)), ((3, 1)
 
 
 @given(broadcast_pairs, st.integers(2, 90), st.integers(1, 3), st.booleans(), st.data())
-def test_compiled_scan_matches_sequential_and_blocked(shapes, T, K, constant, data):
-    """The CPU LAPACK / lfilter paths against the plain recurrence and the blocked scan (the GPU path)."""
+def test_first_order_scan_matches_sequential_and_blocked(shapes, T, K, constant, data):
+    """The compiled CPU paths (lfilter, LAPACK) against the plain recurrence and the blocked scan (the GPU path)."""
     a_batch, x_batch = shapes
     a = data.draw(smt.decays((*a_batch, T)))
     if constant:
         a = a[..., 1:2].expand(*a_batch, T)
     log_a = safe_log(a)
     X = randn(*x_batch, T, K, seed=T)
-    h = cpu_scan(log_a, X)
+    assert compiled_path(log_a, X)[0]
+    h = first_order_scan(log_a, X)
     batch = torch.broadcast_shapes(a_batch, x_batch)
     la, Xb = log_a.expand(*batch, T), X.expand(*batch, T, K)
     close(h, linear_scan_sequential(sm.Transitions(la, "log"), Xb[..., None, :])[..., 0, :])
     close(h, decay_scan(torch.cat([torch.zeros_like(la[..., :1]), la[..., 1:]], -1), Xb))
 
 
-def test_compiled_scan_gradients_and_fallbacks():
-    T = 40
-    x = randn(3, T, 2, seed=3).requires_grad_()
-    for i, shape in enumerate(((T,), (3, T), (2, 1, T))):
+@pytest.mark.parametrize("path", ["compiled", "blocked", "complex"])
+def test_first_order_scan_gradients_on_every_path(path):
+    T = 12 if path == "blocked" else 40
+    X = {"compiled": randn(3, T, 2), "blocked": randn(T, MAX_BANDED_COLUMNS + 1),
+         "complex": randn(T, 2, dtype=torch.complex128)}[path]
+    X.requires_grad_(path != "blocked")  # the blocked path's X: its 780 entries would make gradcheck slow
+    shapes = ((T,), (3, T), (2, 1, T)) if path == "compiled" else ((T,), (1, T))
+    for i, shape in enumerate(shapes):
         la = (-rand(*shape, seed=i)).requires_grad_()
-        assert torch.autograd.gradcheck(lambda la, x: cpu_scan(la, x), (la, x))
+        assert torch.autograd.gradcheck(lambda la, x: first_order_scan(la, x), (la, X))
     const = torch.full((T,), -0.3, dtype=F64, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda la, x: cpu_scan(la, x), (const, x))
-    assert cpu_scan(const, torch.ones(T, 1, dtype=torch.complex128)) is None  # complex: the blocked scan
-    assert cpu_scan(-rand(T), torch.ones(T, MAX_BANDED_COLUMNS + 1, dtype=F64)) is None
-    assert cpu_scan(-torch.rand(T), torch.randn(T, 2)).dtype == torch.float32
+    assert torch.autograd.gradcheck(lambda la, x: first_order_scan(la, x), (const, X))
+    if path == "blocked":  # X's gradient on the blocked path: one column broadcast to all of them
+        x1, la = randn(T, 1, seed=9).requires_grad_(), -rand(T, seed=9)
+        assert torch.autograd.gradcheck(lambda x: first_order_scan(la, x.expand(T, MAX_BANDED_COLUMNS + 1)), (x1,))
+
+
+def test_decay_gradients_are_exact_at_zero_and_subnormal_decays():
+    """d/da_t of the 1-SS matvec is a product of the other decays: finite and non-zero at a_t = 0."""
+    a = torch.tensor([0.9, 0.5, 0.0, 0.7, 1e-40, 0.6], dtype=F64)
+    x = randn(6, 3, seed=1)
+    for X, dtype in ((x, F64), (x.float(), torch.float32), (torch.randn(6, 70, dtype=F64), F64)):
+        decays = a.to(dtype).clone().requires_grad_()
+        y = sm.OneSS.from_decays(decays) @ X
+        (g,) = torch.autograd.grad(y.sum(), decays)
+        ref = a.clone().requires_grad_()
+        dense = torch.stack([torch.stack([torch.prod(ref[i + 1 : j + 1]) if j >= i else ref.new_zeros(())
+                                          for i in range(6)]) for j in range(6)])  # products, no logs
+        (want,) = torch.autograd.grad((dense @ X.double()).sum(), ref)
+        assert torch.isfinite(g).all() and g[2] != 0 and g[4] != 0
+        close(g, want, rtol=1e-5 if dtype == torch.float32 else 1e-12)
+    assert not compiled_path(-rand(40), torch.ones(40, MAX_BANDED_COLUMNS + 1, dtype=F64))[0]
+    assert first_order_scan(-torch.rand(40), torch.randn(40, 2)).dtype == torch.float32
 
 
 def test_segsum_is_the_sum_over_each_segment():

@@ -142,3 +142,24 @@ def test_inputs_never_mutated():
         assert torch.isfinite(R).all()
     for before, after in zip(saved, (A, B, C, D, x)):
         assert torch.equal(before, after)
+
+
+@pytest.mark.parametrize("seed", [51, 192])  # unstable dense A over long T: rounding noise is amplified
+def test_compress_of_a_sum_with_itself_is_minimal(seed):
+    g = torch.Generator().manual_seed(seed)
+    T = int(torch.randint(2, 80, (1,), generator=g))
+    A = torch.randn(T, 3, 3, generator=g, dtype=F64) * float(torch.rand(1, generator=g)) * 2 / 3
+    D = None if seed % 2 else torch.randn(T, generator=g, dtype=F64)
+    M = sm.SSS(A, torch.randn(T, 3, generator=g, dtype=F64), torch.randn(T, 3, generator=g, dtype=F64), D)
+    S = (M + M).compress()
+    assert S.order == (2 * M).compress().order == 3
+    close(S.to_dense(), 2 * M.to_dense(), rtol=1e-12)
+
+
+def test_solve_checks_the_right_hand_side():
+    for M in (sm.SSS(rand(5), randn(5, 1), randn(5, 1), D=3 + rand(5)), sm.OneSS.from_decays(rand(5)),
+              sm.Bidiagonal(1 + rand(5), randn(4)), sm.Dense(torch.eye(5, dtype=F64))):
+        with pytest.raises(ValueError, match=r"Y has shape \(4,\); expected \(5,\)|X has shape \(4,\); expected \(5,\)"):
+            M.solve(torch.ones(4, dtype=F64))
+        with pytest.raises(ValueError, match="got a scalar"):
+            M.solve(torch.tensor(1.0))

@@ -1,0 +1,76 @@
+"""The first-order recurrence ``h_t = a_t h_{t-1} + x_t`` with exact gradients: the 1-SS matvec.
+
+The forward runs compiled code on the CPU (:mod:`structmat.linalg.iir`: ``lfilter`` for a constant
+decay, LAPACK's banded solve otherwise) and the blocked scan elsewhere
+(:func:`structmat.linalg.scan.decay_scan`), reading the decays from their logs (products of decays
+are sums of logs). The backward is the transposed recurrence ``l_t = g_t + a_{t+1} l_{t+1}`` by the
+same solver, and the gradient of a decay is ``dL/da_t = <l_t, h_{t-1}>``: finite and exact at
+``a_t = 0`` and at subnormal decays, where a chain rule through ``log a`` would give ``0 / 0``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from structmat.linalg import iir
+from structmat.linalg.scan import decay_scan
+
+__all__ = ["first_order_scan"]
+
+
+def _blocked(log_a: torch.Tensor, X: torch.Tensor, transpose: bool) -> torch.Tensor:
+    """The blocked torch scan; ``transpose`` runs the adjoint (reversed time, decays shifted by one)."""
+    if transpose:
+        rev = torch.roll(torch.flip(log_a, (-1,)), 1, dims=-1)
+        return torch.flip(_blocked(rev, torch.flip(X, (-2,)), False), (-2,))
+    return decay_scan(torch.cat([torch.zeros_like(log_a[..., :1]), log_a[..., 1:]], dim=-1), X)
+
+
+def _run(log_a, X, compiled, a_const, transpose):
+    if compiled:
+        return iir.solve(log_a.to(torch.float64), X.to(torch.float64), a_const, transpose).to(X.dtype)
+    return _blocked(log_a.to(X.real.dtype if X.is_complex() else X.dtype), X, transpose)
+
+
+class _FirstOrderScan(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, log_a, a, X, compiled, a_const):
+        h = _run(log_a, X, compiled, a_const, transpose=False)
+        ctx.save_for_backward(log_a, h)
+        ctx.a_shape, ctx.compiled, ctx.a_const = a.shape, compiled, a_const
+        return h
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        log_a, h = ctx.saved_tensors
+        lam = _run(log_a, grad, ctx.compiled, ctx.a_const, transpose=True)
+        grad_a = None
+        if ctx.needs_input_grad[1]:
+            ga = (lam[..., 1:, :] * h[..., :-1, :].conj()).sum(-1)
+            ga = ga.real if ga.is_complex() else ga  # real decays
+            grad_a = torch.cat([torch.zeros_like(ga[..., :1]), ga], dim=-1).sum_to_size(ctx.a_shape)
+        return None, grad_a, lam, None, None
+
+
+def first_order_scan(log_a: torch.Tensor, X: torch.Tensor, decays: torch.Tensor | None = None) -> torch.Tensor:
+    """``h_t = exp(log_a_t) h_{t-1} + X_t`` for ``X (*, T, K)`` and ``log_a (*, T)`` (batch broadcast;
+    ``log_a[..., 0]`` unused). ``O(T K)`` per batch row.
+
+    Gradients reach ``X`` and, exactly, ``decays`` (the same decays as ``exp(log_a)``, where the caller
+    has them) or else ``log_a`` (``a_t dL/da_t``).
+
+    Examples
+    --------
+    >>> a = torch.tensor([1.0, 0.5, 0.0, 0.5], requires_grad=True)
+    >>> h = first_order_scan(torch.log(a.detach()), torch.ones(4, 1), decays=a)
+    >>> h[:, 0]
+    tensor([1.0000, 1.5000, 1.0000, 1.5000], grad_fn=<SelectBackward0>)
+    >>> h.sum().backward(); a.grad  # d/da_2 at a_2 = 0 is h_1 (1 + a_3) = 2.25
+    tensor([0.0000, 1.0000, 2.2500, 1.0000])
+    """
+    batch = torch.broadcast_shapes(log_a.shape[:-1], X.shape[:-2])
+    X = X.expand(*batch, *X.shape[-2:])
+    compiled, a_const = iir.compiled_path(log_a, X) if not X.is_complex() else (False, None)
+    a = torch.exp(log_a) if decays is None else decays
+    return _FirstOrderScan.apply(log_a.detach(), a, X, compiled, a_const)
