@@ -56,7 +56,11 @@ def _check(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, c
         raise ValueError(f"D must have shape ({h},) or ({h}, {p}); got {tuple(D.shape)}")
     _shape("z", z, x.shape)
     _shape("dt_bias", dt_bias, (h,))
-    _shape("initial_states", initial_states, (b, h, p, B.shape[3]))
+    if not _per_sequence(initial_states, cu_seqlens, b):
+        _shape("initial_states", initial_states, (b, h, p, B.shape[3]))
+    elif tuple(initial_states.shape[1:]) != (h, p, B.shape[3]):
+        raise ValueError(f"initial_states must have shape ({b}, {h}, {p}, {B.shape[3]}) or, one per packed sequence, "
+                         f"({cu_seqlens.numel() - 1}, {h}, {p}, {B.shape[3]}); got {tuple(initial_states.shape)}")
     _shape("seq_idx", seq_idx, (b, l))
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive int; got {chunk_size!r}")
@@ -72,6 +76,27 @@ def _check(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, c
             raise ValueError("seq_idx must be non-decreasing along the sequence (packed sequences)")
     if cu_seqlens is not None:
         _check_cu_seqlens(cu_seqlens, b, l, seq_idx)
+
+
+def _per_sequence(initial_states, cu_seqlens, b: int) -> bool:
+    """Whether ``initial_states`` holds one state per packed sequence (with ``cu_seqlens``, as fla accepts)."""
+    return initial_states is not None and cu_seqlens is not None and initial_states.dim() == 4 and \
+        initial_states.shape[0] == cu_seqlens.numel() - 1 and initial_states.shape[0] != b
+
+
+def _initial_state_terms(C, log_a, init, cu_seqlens):
+    """The outputs ``C_t^T (exp(sum_{s_i <= k <= t} log_a_k) init_i)`` of per-sequence initial states, and those
+    states carried to each sequence's end. Segment sums per sequence (no difference of cumulative sums)."""
+    h, g = log_a.shape[2], C.shape[2]
+    work = torch.float64 if C.dtype == torch.float64 else torch.float32
+    y = C.new_zeros(1, C.shape[1], h, init.shape[2], dtype=work)
+    carried = []
+    for i, (s, e) in enumerate(zip(cu_seqlens[:-1].tolist(), cu_seqlens[1:].tolist())):
+        w = torch.exp(torch.cumsum(log_a[0, s:e].to(work), 0))  # (len, h): decays from the start through t
+        Ch = C[0, s:e].to(work).repeat_interleave(h // g, dim=1)
+        y[0, s:e] = torch.einsum("th,thn,hpn->thp", w, Ch, init[i].to(work))
+        carried.append((w[-1] if e > s else torch.ones(h, dtype=work, device=C.device))[:, None, None] * init[i].to(work))
+    return y, torch.stack(carried)
 
 
 def _check_cu_seqlens(cu_seqlens, b, l, seq_idx) -> None:
@@ -130,7 +155,8 @@ def ssd(x, dt, A, B, C, chunk_size: int = 256, D=None, z=None, dt_bias=None, ini
     chunk_size : int, block length (Triton: rounded up to a power of two in ``[16, 256]``); rounding only.
     D : ``(nheads,)`` or ``(nheads, headdim)``, optional skip;  z : like ``x``, optional gate ``silu(z)``
     dt_bias : ``(nheads,)``;  dt_softplus, dt_limit : as Mamba-2
-    initial_states : ``(batch, nheads, headdim, dstate)``, optional
+    initial_states : ``(batch, nheads, headdim, dstate)``, or with ``cu_seqlens`` one per packed sequence
+        ``(num_seqs, nheads, headdim, dstate)`` (as fla accepts; the sequences then restart at their bounds)
     seq_idx : ``(batch, seqlen)`` int, non-decreasing ids of packed sequences: the state restarts from
         zero where the id changes (``initial_states`` feed the first sequence).
     cu_seqlens : ``(num_seqs + 1,)`` cumulative lengths (batch 1) for ``return_varlen_states``; as in
@@ -163,20 +189,34 @@ def ssd(x, dt, A, B, C, chunk_size: int = 256, D=None, z=None, dt_bias=None, ini
     log_a = dtp * A.to(dtp.dtype)
     backend = _backend(backend, x, log_a, B, C)
     chunk = _triton_chunk(chunk_size) if backend == "triton" else chunk_size
-    out, final, *states = chunked_decay(x, log_a, B, C, scale=dtp, D=D, z=z, initial_state=initial_states,
-                                        seq_idx=seq_idx, chunk_size=chunk, backend=backend,
-                                        return_chunk_states=return_varlen_states)
+    per_sequence = _per_sequence(initial_states, cu_seqlens, x.shape[0])
+    if per_sequence and seq_idx is None:  # a state per sequence: the sequences restart at their boundaries
+        seq_idx = torch.repeat_interleave(torch.arange(cu_seqlens.numel() - 1, device=x.device), cu_seqlens.diff())[None]
+    out, final, *states = chunked_decay(x, log_a, B, C, scale=dtp, D=D, z=None if per_sequence else z,
+                                        initial_state=None if per_sequence else initial_states, seq_idx=seq_idx,
+                                        chunk_size=chunk, backend=backend, return_chunk_states=return_varlen_states)
+    carried = None
+    if per_sequence:
+        extra, carried = _initial_state_terms(C, log_a, initial_states, cu_seqlens)
+        out = out.to(extra.dtype) + extra
+        out = (out * F.silu(z.to(out.dtype)) if z is not None else out).to(x.dtype)
+        final = final + carried[-1].to(final.dtype)
     result = [out] + ([final] if return_final_states else [])
     if return_varlen_states:
-        result.append(_varlen_states(x, log_a, B, states[0], cu_seqlens, dtp, seq_idx, chunk))
+        varlen = _varlen_states(x, log_a, B, states[0], cu_seqlens, dtp, seq_idx, chunk)
+        result.append(varlen if carried is None else varlen + carried.to(varlen.dtype))
     return result[0] if len(result) == 1 else tuple(result)
 
 
 @torch.no_grad()
 def _varlen_states(x, log_a, B, chunk_states, cu_seqlens, dtp, seq_idx, chunk: int) -> torch.Tensor:
     """The state after the last step of each packed sequence (not differentiated, as in mamba_ssm)."""
-    ends = [e - 1 for e in cu_seqlens[1:].tolist()]
-    return states_after(x, log_a, B, chunk_states, ends, scale=dtp, seq_idx=seq_idx, chunk_size=chunk)
+    bounds = list(zip(cu_seqlens[:-1].tolist(), cu_seqlens[1:].tolist()))
+    ends = [e - 1 for s, e in bounds if e > s]
+    after = states_after(x, log_a, B, chunk_states, ends, scale=dtp, seq_idx=seq_idx, chunk_size=chunk)
+    out = after.new_zeros(len(bounds), *after.shape[1:])  # an empty sequence ends in the zero state
+    out[[i for i, (s, e) in enumerate(bounds) if e > s]] = after
+    return out
 
 
 def ssd_step(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus: bool = False):

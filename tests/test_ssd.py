@@ -259,3 +259,20 @@ def test_bf16_gpu_accuracy_against_float64():
     out = sm.ssd(t["x"], dt, t["A"], t["B"], t["C"], 256)
     want, _ = reference(t["x"], dt, t["A"], t["B"], t["C"])
     assert rel(out, want) < 1e-2
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_one_initial_state_per_packed_sequence(backend):
+    t = inputs(1, 40, 4, 3, 2, 5, seed=12)
+    cu = torch.tensor([0, 9, 9, 31, 40], device=DEV)  # an empty sequence too
+    init = torch.randn(4, 4, 3, 5, generator=torch.Generator().manual_seed(13)).to(DEV)
+    out, final, states = sm.ssd(t["x"], t["dt"], t["A"], t["B"], t["C"], 16, z=t["z"], cu_seqlens=cu,
+                                initial_states=init, dt_softplus=True, return_final_states=True,
+                                return_varlen_states=True, backend=backend)
+    for i, (s, e) in enumerate(zip(cu[:-1].tolist(), cu[1:].tolist())):
+        want, want_fin = reference(t["x"][:, s:e], t["dt"][:, s:e], t["A"], t["B"][:, s:e], t["C"][:, s:e], z=t["z"][:, s:e],
+                                   dt_softplus=True, initial_states=init[i : i + 1])
+        if e > s:
+            assert rel(out[:, s:e], want) < 1e-5
+        assert rel(states[i], want_fin[0]) < 1e-5
+    assert rel(final, states[-1:]) < 1e-6

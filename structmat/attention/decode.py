@@ -11,13 +11,14 @@ import torch
 
 from structmat.attention.heads import check_qkv, expand_heads, mask_to_bh
 from structmat.core.base import StructuredMatrix
+from structmat.matrices.bidiagonal import Bidiagonal
 from structmat.matrices.sss import SSS
 
 __all__ = ["SMADecoder"]
 
 
 class SMADecoder:
-    """Token-by-token SMA for a lower ``SSS``/``OneSS`` mask; ``step`` reproduces ``sma`` exactly.
+    """Token-by-token SMA for a lower ``SSS``/``OneSS``/``Bidiagonal`` mask; ``step`` reproduces ``sma`` exactly.
 
     Masks without a bounded state (Toeplitz, Fourier, DFT, dense, low-rank, upper or bidirectional
     masks, which look at the future) raise ``TypeError``.
@@ -34,6 +35,8 @@ class SMADecoder:
     """
 
     def __init__(self, mask: StructuredMatrix, *, scale: float = 1.0):
+        if isinstance(mask, Bidiagonal) and mask.lower:  # a two-state shift register
+            mask = mask.to_sss()
         if not isinstance(mask, SSS) or not mask.lower:
             raise TypeError(
                 f"{type(mask).__name__} has no bounded recurrent state (only lower SSS/OneSS masks decode "

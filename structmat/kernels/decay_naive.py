@@ -45,7 +45,7 @@ def decay_naive(x, log_a, B, C, *, scale=None, D=None, z=None, initial_state=Non
             decay = decay * (seq_idx[:, t] == seq_idx[:, t - 1]).to(decay)[:, None]
         state = decay[..., None, None] * state + u[:, t, :, :, None] * Bh[:, t, :, None, :]
         ys.append(torch.einsum("bhpn,bhn->bhp", state, Ch[:, t]))
-    y = torch.stack(ys, dim=1)
+    y = torch.stack(ys, dim=1) if ys else x.new_zeros(x.shape[:2] + (h, p)).to(state.dtype)
     if D is not None:
         y = y + x * (D if D.dim() == 2 else D[:, None])
     if z is not None:

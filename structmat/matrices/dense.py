@@ -20,8 +20,8 @@ class Dense(StructuredMatrix):
     tensor([1., 1., 1.])
     """
 
-    def __init__(self, M):
-        M = as_tensor(M, "M")
+    def __init__(self, M, *, dtype: torch.dtype | None = None, device=None):
+        M = as_tensor(M, "M", dtype=dtype, device=device)
         if M.dim() < 2:
             raise ValueError(f"M must have shape (*, T, S); got {tuple(M.shape)}")
         check_finite(M, "M")

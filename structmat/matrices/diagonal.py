@@ -22,8 +22,8 @@ class Diagonal(StructuredMatrix):
 
     order = 0
 
-    def __init__(self, d):
-        d = as_tensor(d, "d")
+    def __init__(self, d, *, dtype: torch.dtype | None = None, device=None):
+        d = as_tensor(d, "d", dtype=dtype, device=device)
         if d.dim() < 1:
             raise ValueError("d must have shape (*, T); got a scalar")
         check_finite(d, "d")

@@ -24,9 +24,9 @@ class LowRank(StructuredMatrix):
     tensor([1., 1., 1., 1.])
     """
 
-    def __init__(self, U, V):
-        U = as_tensor(U, "U")
-        V = as_tensor(V, "V", device=U.device)
+    def __init__(self, U, V, *, dtype: torch.dtype | None = None, device=None):
+        U = as_tensor(U, "U", dtype=dtype, device=device)
+        V = as_tensor(V, "V", dtype=dtype, device=U.device)
         if U.dim() < 2 or V.dim() < 2 or U.shape[-1] != V.shape[-1]:
             raise ValueError(f"U and V must have shapes (*, T, r) and (*, S, r); got {tuple(U.shape)} and {tuple(V.shape)}")
         batch = broadcast_batch(("U", U.shape[:-2]), ("V", V.shape[:-2]))

@@ -55,17 +55,20 @@ class OneSS(SSS):
     tensor([1.0000, 1.5000, 1.0000, 1.5000])
     """
 
-    def __init__(self, log_a, *, b=None, c=None, lower: bool = True):
+    def __init__(self, log_a, *, b=None, c=None, lower: bool = True, dtype: torch.dtype | None = None, device=None):
         self.decays = None  # the decays themselves where the matrix was built from them (exact gradients at 0)
-        log_a = as_tensor(log_a, "log_a")
+        real = None if dtype is None else (dtype.to_real() if dtype.is_complex else dtype)
+        log_a = as_tensor(log_a, "log_a", dtype=real, device=device)
         if log_a.is_complex():
             raise TypeError("log_a must be real (log of non-negative decays)")
         if log_a.dim() < 1:
             raise ValueError("log_a must have shape (*, T); got a scalar")
         check_finite(log_a, "log_a", allow_neg_inf=True)
         self.log_a = log_a
-        self.b = None if b is None else self._scaling(b, "b", log_a)
-        self.c = None if c is None else self._scaling(c, "c", log_a)
+        self.b = None if b is None else self._scaling(b, "b", log_a, dtype)
+        self.c = None if c is None else self._scaling(c, "c", log_a, dtype)
+        if dtype is not None and dtype.is_complex and self.b is None and self.c is None:
+            self.c = torch.ones(log_a.shape, dtype=dtype, device=log_a.device)
         ones = torch.ones((*log_a.shape, 1), dtype=log_a.dtype, device=log_a.device)
         B = ones if self.b is None else self.b[..., None]
         C = ones if self.c is None else self.c[..., None]
@@ -73,8 +76,8 @@ class OneSS(SSS):
             super().__init__(Transitions.from_log(log_a), B, C, lower=lower)
 
     @staticmethod
-    def _scaling(x, name, log_a):
-        x = as_tensor(x, name, device=log_a.device)
+    def _scaling(x, name, log_a, dtype=None):
+        x = as_tensor(x, name, dtype=dtype, device=log_a.device)
         if x.dim() != log_a.dim() or x.shape[-1] != log_a.shape[-1]:
             raise ValueError(f"{name} must have shape (*, T) like log_a {tuple(log_a.shape)}; got {tuple(x.shape)}")
         check_finite(x, name)

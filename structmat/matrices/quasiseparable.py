@@ -50,14 +50,17 @@ class Quasiseparable(StructuredMatrix):
             [0.1250, 0.2500, 0.5000, 1.0000]])
     """
 
-    def __init__(self, lower: SSS, upper: SSS, diag):
+    def __init__(self, lower: SSS, upper: SSS, diag, *, dtype: torch.dtype | None = None, device=None):
         if not isinstance(lower, SSS) or not lower.lower:
             raise TypeError("lower must be a lower SSS or OneSS")
         if not isinstance(upper, SSS) or upper.lower:
             raise TypeError("upper must be an upper SSS or OneSS (lower=False, e.g. M.T)")
         if lower.shape[-1] != upper.shape[-1]:
             raise ValueError(f"lower and upper must have the same T; got {lower.shape[-1]} and {upper.shape[-1]}")
-        d = as_tensor(diag, "diag", device=lower.device)
+        if dtype is not None or device is not None:
+            lower, upper = lower.to(device=device or lower.device, dtype=dtype or lower.dtype), \
+                upper.to(device=device or lower.device, dtype=dtype or upper.dtype)
+        d = as_tensor(diag, "diag", dtype=dtype, device=lower.device)
         if d.dim() < 1 or d.shape[-1] != lower.shape[-1]:
             raise ValueError(f"diag must have shape (*, T) with T={lower.shape[-1]}; got {tuple(d.shape)}")
         check_finite(d, "diag")

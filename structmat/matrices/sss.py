@@ -32,6 +32,8 @@ class SSS(StructuredMatrix):
         Explicit diagonal; by default the diagonal is ``C_i^T B_i``.
     lower : bool
         ``False`` gives the upper mirror.
+    dtype, device : optional
+        Convert the parameters (as ``torch.as_tensor``); by default they keep theirs.
 
     All parameters share the number of batch dims (sizes broadcast). ``order == N``.
 
@@ -50,18 +52,21 @@ class SSS(StructuredMatrix):
     SSS(shape=(5, 5), order=1, dtype=float32)
     """
 
-    def __init__(self, A, B, C, D=None, *, lower: bool = True):
-        B = as_tensor(B, "B")
-        C = as_tensor(C, "C", device=B.device)
+    def __init__(self, A, B, C, D=None, *, lower: bool = True, dtype: torch.dtype | None = None, device=None):
+        B = as_tensor(B, "B", dtype=dtype, device=device)
+        C = as_tensor(C, "C", dtype=dtype, device=B.device)
         if B.dim() < 2 or C.shape[-2:] != B.shape[-2:] or C.dim() != B.dim():
             raise ValueError(f"B and C must both have shape (*, T, N); got {tuple(B.shape)} and {tuple(C.shape)}")
-        A = A if isinstance(A, Transitions) else Transitions.from_shape(as_tensor(A, "A", device=B.device), B)
+        if isinstance(A, Transitions):
+            A = A.map(lambda t: t.to(device=B.device)) if dtype is None else A.map(lambda t: t.to(device=B.device)).cast(dtype)
+        else:
+            A = Transitions.from_shape(as_tensor(A, "A", dtype=dtype, device=B.device), B)
         T = B.shape[-2]
         if A.length != T or len(A.batch_shape) != B.dim() - 2:
             raise ValueError(f"A must have {B.dim() - 2} batch dims and T={T} steps like B {tuple(B.shape)}; "
                              f"got {A.length} steps with batch {tuple(A.batch_shape)}")
         if D is not None:
-            D = as_tensor(D, "D", device=B.device)
+            D = as_tensor(D, "D", dtype=dtype, device=B.device)
             if D.dim() != B.dim() - 1 or D.shape[-1] != T:
                 raise ValueError(f"D must have shape (*, T) with T={T} and {B.dim() - 2} batch dims; got {tuple(D.shape)}")
         A.check_finite("A")

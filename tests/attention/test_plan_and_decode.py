@@ -33,7 +33,7 @@ def test_chunked_admissibility_and_terms():
     assert admissible(sm.LowRank(torch.ones(T, 1), torch.ones(T, 1))) == ["quadratic", "linear", "lowrank"]
 
 
-@pytest.mark.parametrize("kind", ["oness", "sss_dense", "sss_scalar"])
+@pytest.mark.parametrize("kind", ["oness", "sss_dense", "sss_scalar", "bidiagonal"])
 def test_decoding_reproduces_sma(kind):
     B, T, H, N, P = 2, 9, 2, 3, 2
     q, k, v = randn(B, T, H, N, seed=1), randn(B, T, 1, N, seed=2), randn(B, T, H, P, seed=3)
@@ -41,6 +41,7 @@ def test_decoding_reproduces_sma(kind):
         "oness": sm.OneSS.from_decays(rand(B, H, T, seed=4), b=randn(B, H, T, seed=5)),
         "sss_dense": sm.SSS(rand(T, 2, 2, seed=6) / 2, randn(T, 2, seed=7), randn(T, 2, seed=8), D=randn(T, seed=9)),
         "sss_scalar": sm.SSS(rand(H, T, seed=10), randn(H, T, 3, seed=11), randn(H, T, 3, seed=12)),
+        "bidiagonal": sm.Bidiagonal(1 + rand(H, T, seed=13), randn(H, T - 1, seed=14)),
     }[kind]
     full = sm.sma(q, k, v, M, scale=0.5)
     dec = sm.SMADecoder(M, scale=0.5)

@@ -173,3 +173,18 @@ def test_errors_name_the_argument():
         sm.sma(q, k, v, torch.ones(6, 6))
     with pytest.raises(ValueError, match="q must be a 4-D tensor"):
         sm.sma(q[0], k, v, sm.OneSS.causal(6))
+
+
+def test_parameters_with_different_batches_inside_one_mask():
+    """A decay shared by the heads with per-head scalings (and a low-rank mask with shared U)."""
+    T, H, B = 8, 3, 2
+    q, k, v = qkv(B, T, H, H, 4, 4, seed=8)
+    for M in (sm.OneSS.from_decays(rand(1, T, seed=1), b=randn(H, T, seed=2)),
+              sm.LowRank(randn(1, T, 2, seed=3), randn(H, T, 2, seed=4)),
+              sm.SSS(rand(1, T, 2, seed=5), randn(H, T, 2, seed=6), randn(1, T, 2, seed=7))):
+        ref = sm.sma(q, k, v, M, order="quadratic")
+        for order in admissible(M):
+            assert rel(sm.sma(q, k, v, M, order=order, chunk=4), ref) < 1e-12, (type(M).__name__, order)
+        if isinstance(M, sm.SSS):
+            dec = sm.SMADecoder(M)
+            assert rel(torch.stack([dec.step(q[:, t], k[:, t], v[:, t]) for t in range(T)], 1), ref) < 1e-12

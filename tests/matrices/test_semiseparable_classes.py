@@ -163,3 +163,16 @@ def test_solve_checks_the_right_hand_side():
             M.solve(torch.ones(4, dtype=F64))
         with pytest.raises(ValueError, match="got a scalar"):
             M.solve(torch.tensor(1.0))
+
+
+def test_every_constructor_takes_dtype_and_device():
+    F = F64
+    made = [sm.SSS(torch.rand(4), torch.ones(4, 1), torch.ones(4, 1), D=torch.ones(4), dtype=F, device="cpu"),
+            sm.OneSS(torch.zeros(4), dtype=F), sm.OneSS.decay(0.9, 4, dtype=F), sm.OneSS.causal(4, dtype=F),
+            sm.OneSS.from_decays([0.5, 0.5], dtype=F), sm.Diagonal([1, 2], dtype=F), sm.Dense(torch.eye(2), dtype=F),
+            sm.LowRank(torch.ones(3, 1), torch.ones(3, 1), dtype=F), sm.Bidiagonal([1.0, 2.0], [3.0], dtype=F),
+            sm.Quasiseparable(sm.OneSS.causal(3), sm.OneSS.causal(3).T, torch.ones(3), dtype=F)]
+    assert all(M.dtype == F for M in made)
+    Mc = sm.OneSS(torch.zeros(4), dtype=torch.complex128)
+    assert Mc.dtype == torch.complex128 and Mc.log_a.dtype == F
+    assert sm.SSS(torch.rand(4), torch.ones(4, 1), torch.ones(4, 1), device="meta").device.type == "meta"

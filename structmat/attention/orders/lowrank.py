@@ -5,7 +5,7 @@ from __future__ import annotations
 import opt_einsum
 import torch
 
-from structmat.attention.heads import mask_to_bh
+from structmat.attention.heads import mask_as_bh
 from structmat.attention.orders.registry import Cost, Order, Problem
 from structmat.attention.tuning import Tuning
 from structmat.core.base import StructuredMatrix
@@ -26,9 +26,9 @@ class LowRankOrder(Order):
 
     def run(self, q, k, v, mask, scale, tuning, chunk) -> torch.Tensor:
         Bsz, T, H, N = q.shape
-        bh = mask_to_bh(mask, Bsz, H)
-        U = mask.U.reshape(*bh, *mask.U.shape[-2:]).expand(Bsz, H, *mask.U.shape[-2:])  # (B, H, T, r)
-        W = mask.V.reshape(*bh, *mask.V.shape[-2:]).expand(Bsz, H, *mask.V.shape[-2:])  # (B, H, S, r)
+        M = mask_as_bh(mask, Bsz, H)  # U and V broadcast to the mask's batch, then to (B, H)
+        U = M.U.expand(Bsz, H, *M.U.shape[-2:])  # (B, H, T, r)
+        W = M.V.expand(Bsz, H, *M.V.shape[-2:])  # (B, H, S, r)
         dtype = torch.promote_types(q.dtype, U.dtype)
         kv = opt_einsum.contract("bshn,bhsr,bshp->bhrnp", k.to(dtype), W.to(dtype), v.to(dtype))
         return opt_einsum.contract("bthn,bhtr,bhrnp->bthp", q.to(dtype), U.to(dtype), kv) * scale
