@@ -16,7 +16,7 @@ True
 
 from structmat import algebra as _algebra  # noqa: F401  (registers the closure rules)
 from structmat.algebra.rank import semiseparable_rank
-from structmat.attention import SMADecoder, Tuning, sma, sma_plan
+from structmat.attention import SMADecoder, Tuning, sma, sma_plan, sma_state, sma_step
 from structmat.core import (
     Inverse,
     Product,
@@ -76,6 +76,8 @@ __all__ = [
     "sma",
     "sma_plan",
     "SMADecoder",
+    "sma_step",
+    "sma_state",
     "Tuning",
     "ssd",
     "ssd_step",

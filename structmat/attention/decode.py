@@ -3,25 +3,121 @@
 For a lower SSS mask ``L`` the attention state ``S_t = sum_{s <= t} (A_t...A_{s+1} B_s) k_s v_s^T``
 (shape ``(B, H, n, N, P)``) obeys ``S_t = A_t S_{t-1} + B_t k_t v_t^T`` and
 ``y_t = q_t . (C_t^T A_t S_{t-1}) + D_t (q_t . k_t) v_t``.
+
+* :func:`sma_step` is one token with the step's mask parameters given (a model that computes its
+  decays from the current token while generating);
+* :func:`sma_state` is the state after a prefill (``sma`` over a prompt), to continue from;
+* :class:`SMADecoder` steps through a mask known up front.
 """
 
 from __future__ import annotations
 
 import torch
 
-from structmat.attention.heads import check_qkv, expand_heads, mask_to_bh
+from structmat.attention.heads import check_qkv, expand_heads, mask_as_bh
 from structmat.core.base import StructuredMatrix
+from structmat.core.transitions import Transitions
+from structmat.linalg.scan import linear_scan
 from structmat.matrices.bidiagonal import Bidiagonal
 from structmat.matrices.sss import SSS
 
-__all__ = ["SMADecoder"]
+__all__ = ["SMADecoder", "sma_step", "sma_state"]
+
+
+def _lower_sss(mask: StructuredMatrix) -> SSS:
+    if isinstance(mask, Bidiagonal) and mask.lower:  # a two-state shift register
+        mask = mask.to_sss()
+    if not isinstance(mask, SSS) or not mask.lower:
+        raise TypeError(
+            f"{type(mask).__name__} has no bounded recurrent state (only lower SSS/OneSS/Bidiagonal masks decode "
+            "token by token; Toeplitz/Fourier masks need the whole history, upper masks the future)"
+        )
+    return mask
+
+
+def _one_step(A, B_t: torch.Tensor) -> Transitions:
+    """The step's transition with a time axis of length 1: ``Transitions`` as given, or a scalar ``(*)``,
+    diagonal ``(*, n)`` or dense ``(*, n, n)`` tensor told apart by its rank against ``B_t (*, n)``."""
+    if isinstance(A, Transitions):
+        return A
+    A = torch.as_tensor(A, device=B_t.device)
+    extra = A.dim() - B_t.dim()
+    if extra not in (-1, 0, 1):
+        raise ValueError(f"A must have shape (B, H), (B, H, n) or (B, H, n, n) with n={B_t.shape[-1]}; got {tuple(A.shape)}")
+    return Transitions.from_shape(A.unsqueeze(A.dim() - 1 - extra if extra >= 0 else A.dim()), B_t[..., None, :])
+
+
+def sma_step(state, q_t, k_t, v_t, A, B_t, C_t, D_t=None, *, scale: float = 1.0):
+    """One token of SMA with a lower SSS mask whose step parameters are given; returns ``(y_t, state)``.
+
+    Parameters
+    ----------
+    state : Tensor ``(B, H, n, N, P)`` or None
+        The state after the previous token (None: the first token, no past).
+    q_t : ``(B, H|H_k, N)``;  k_t : ``(B, H_k, N)``;  v_t : ``(B, H, P)``
+    A : the step's transition, broadcastable to ``(B, H)``: a scalar ``(B, H)``, diagonal
+        ``(B, H, n)`` or dense ``(B, H, n, n)`` tensor, or a one-step ``Transitions`` (log decays:
+        ``Transitions.from_log(log_a[..., None])`` with ``log_a (B, H)``). Unused when ``state`` is None.
+    B_t, C_t : ``(B|1, H|1, n)``;  D_t : ``(B|1, H|1)``, optional (default ``C_t . B_t``).
+
+    ``y_t = q_t . (C_t^T A S) + D_t (q_t . k_t) v_t`` and ``S <- A S + B_t k_t v_t^T``; ``O(H n N P)``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> q = k = torch.ones(1, 1, 2); v = torch.ones(1, 1, 3); one = torch.ones(1, 1, 1)
+    >>> y, S = sma_step(None, q, k, v, None, one, one)
+    >>> y, S = sma_step(S, q, k, v, torch.full((1, 1), 0.5), one, one)
+    >>> y  # (0.5 + 1) * (q . k)
+    tensor([[[3., 3., 3.]]])
+    """
+    q, k, v = (x[:, 0] for x in expand_heads(q_t[:, None], k_t[:, None], v_t[:, None]))
+    batch = v.shape[:2]
+    D = (C_t * B_t).sum(-1) if D_t is None else torch.as_tensor(D_t)
+    kv = k[..., :, None] * v[..., None, :]  # (B, H, N, P)
+    dtype = torch.promote_types(torch.promote_types(kv.dtype, B_t.dtype), q.dtype)
+    if state is None:
+        past = torch.zeros(*batch, B_t.shape[-1], *kv.shape[-2:], dtype=dtype, device=v.device)
+    else:
+        A1 = _one_step(A, B_t)
+        past = A1.apply(state.reshape(*batch, 1, state.shape[-3], -1)).reshape(state.shape).to(dtype)
+    y = torch.einsum("bhm,bhmnp,bhn->bhp", C_t.expand(*batch, -1).to(dtype), past, q.to(dtype))
+    y = y + D.expand(batch)[..., None].to(dtype) * (q * k).sum(-1, keepdim=True).to(dtype) * v.to(dtype)
+    state = past + B_t.expand(*batch, -1).to(dtype)[..., None, None] * kv.to(dtype)[:, :, None]
+    return (y * scale if y.is_complex() else (y * scale).to(v.dtype)), state
+
+
+def sma_state(k, v, mask: StructuredMatrix) -> torch.Tensor:
+    """The decoding state after the last position of ``sma(q, k, v, mask)`` (a prefill), ``(B, H, n, N, P)``.
+
+    ``S_T = sum_s (A_{T-1} ... A_{s+1} B_s) k_s v_s^T`` for a lower SSS/OneSS/Bidiagonal mask:
+    one recurrence over the prompt with the ``(n, N P)`` state, ``O(B H T n N P)``.
+
+    Examples
+    --------
+    >>> import torch, structmat as sm
+    >>> k, v = torch.ones(1, 3, 1, 1), torch.ones(1, 3, 1, 1)
+    >>> sma_state(k, v, sm.OneSS.decay(0.5, 3))[0, 0, :, 0, 0]  # 0.25 + 0.5 + 1
+    tensor([1.7500])
+    """
+    check_qkv(k, k, v)
+    M = mask_as_bh(_lower_sss(mask), k.shape[0], v.shape[2])
+    _, k, v = expand_heads(k, k, v)
+    Bsz, T, H, N = k.shape
+    G = M.generators.expand((Bsz, H))
+    Z = (k[..., :, None] * v[..., None, :]).permute(0, 2, 1, 3, 4).reshape(Bsz, H, T, -1)  # (B, H, T, N P)
+    u = G.B[..., :, :, None] * Z[..., :, None, :].to(G.B.dtype)  # (B, H, T, n, N P)
+    h = linear_scan(G.A.with_identity_first(), u)
+    return h[..., -1, :, :].reshape(Bsz, H, G.order, N, v.shape[-1])
 
 
 class SMADecoder:
-    """Token-by-token SMA for a lower ``SSS``/``OneSS``/``Bidiagonal`` mask; ``step`` reproduces ``sma`` exactly.
+    """Token-by-token SMA for a lower ``SSS``/``OneSS``/``Bidiagonal`` mask; ``step`` reproduces ``sma``.
 
-    Masks without a bounded state (Toeplitz, Fourier, DFT, dense, low-rank, upper or bidirectional
-    masks, which look at the future) raise ``TypeError``.
+    ``state`` and ``start`` continue after a prefill: ``SMADecoder(mask, state=sma_state(k[:, :t],
+    v[:, :t], prefix_mask), start=t)`` with ``prefix_mask`` the mask's first ``t`` positions. Masks
+    without a bounded state (Toeplitz, Fourier, DFT, dense, low-rank, upper or bidirectional masks,
+    which look at the future) raise ``TypeError``. For masks computed token by token, see :func:`sma_step`.
 
     Examples
     --------
@@ -34,38 +130,20 @@ class SMADecoder:
     True
     """
 
-    def __init__(self, mask: StructuredMatrix, *, scale: float = 1.0):
-        if isinstance(mask, Bidiagonal) and mask.lower:  # a two-state shift register
-            mask = mask.to_sss()
-        if not isinstance(mask, SSS) or not mask.lower:
-            raise TypeError(
-                f"{type(mask).__name__} has no bounded recurrent state (only lower SSS/OneSS masks decode "
-                "token by token; Toeplitz/Fourier masks need the whole history, upper masks the future)"
-            )
-        self.mask, self.scale, self.t, self.state = mask, scale, 0, None
+    def __init__(self, mask: StructuredMatrix, *, scale: float = 1.0, state: torch.Tensor | None = None,
+                 start: int = 0):
+        self.mask, self.scale, self.t, self.state = _lower_sss(mask), scale, int(start), state
+        if not 0 <= self.t <= self.mask.shape[-2]:
+            raise ValueError(f"start must be in [0, T={self.mask.shape[-2]}]; got {start}")
 
     def step(self, q_t: torch.Tensor, k_t: torch.Tensor, v_t: torch.Tensor) -> torch.Tensor:
         """One token: ``q_t (B, H|Hk, N)``, ``k_t (B, Hk, N)``, ``v_t (B, H, P)`` -> ``y_t (B, H, P)``."""
         if self.t >= self.mask.shape[-2]:
             raise IndexError(f"the mask has only T={self.mask.shape[-2]} positions")
         check_qkv(q_t[:, None], k_t[:, None], v_t[:, None])
-        q, k, v = (x[:, 0] for x in expand_heads(q_t[:, None], k_t[:, None], v_t[:, None]))
-        B, H = v.shape[:2]
-        bh = mask_to_bh(self.mask, B, H)
-        G = self.mask.generators.expand(self.mask.batch_shape)
-        G = G.narrow(self.t, 1)
-        Bm, Cm = G.B.reshape(*bh, -1).expand(B, H, -1), G.C.reshape(*bh, -1).expand(B, H, -1)
-        D = G.diagonal().reshape(*bh).expand(B, H)
-        kv = k[..., :, None] * v[..., None, :]  # (B, H, N, P)
-        dtype = torch.promote_types(kv.dtype, Bm.dtype)
-        if self.state is None:
-            past = torch.zeros(B, H, Bm.shape[-1], *kv.shape[-2:], dtype=dtype, device=v.device)
-        else:
-            A = G.A.reshape_batch(bh).expand((B, H))
-            flat = self.state.reshape(B, H, 1, Bm.shape[-1], -1)
-            past = A.apply(flat).reshape(self.state.shape).to(dtype)
-        y = torch.einsum("bhm,bhmnp,bhn->bhp", Cm.to(dtype), past, q.to(dtype))
-        y = y + D[..., None].to(dtype) * (q * k).sum(-1, keepdim=True).to(dtype) * v.to(dtype)
-        self.state = past + Bm.to(dtype)[..., None, None] * kv.to(dtype)[:, :, None]
+        M = mask_as_bh(self.mask, v_t.shape[0], v_t.shape[1])
+        G = M.generators.expand(M.batch_shape).narrow(self.t, 1)
+        y, self.state = sma_step(self.state, q_t, k_t, v_t, G.A, G.B[..., 0, :], G.C[..., 0, :], G.diagonal()[..., 0],
+                                 scale=self.scale)
         self.t += 1
-        return (y * self.scale).to(v.dtype) if not y.is_complex() else y * self.scale
+        return y

@@ -56,3 +56,40 @@ def test_decoding_refuses_unbounded_masks():
         with pytest.raises(TypeError, match="no bounded recurrent state"):
             sm.SMADecoder(M)
     assert sm.SMADecoder(sm.OneSS.causal(4).to(F64)).t == 0
+
+
+@pytest.mark.parametrize("kind", ["oness", "sss_diag", "sss_dense"])
+def test_prefill_state_then_decoding_continues_the_same_attention(kind):
+    B, T, H, N, P, t0 = 2, 12, 2, 3, 2, 7
+    q, k, v = randn(B, T, H, N, seed=1), randn(B, T, 1, N, seed=2), randn(B, T, H, P, seed=3)
+    M = {"oness": sm.OneSS.from_decays(rand(B, H, T, seed=4), c=randn(B, H, T, seed=5)),
+         "sss_diag": sm.SSS(rand(H, T, 2, seed=6), randn(H, T, 2, seed=7), randn(H, T, 2, seed=8), D=randn(H, T, seed=9)),
+         "sss_dense": sm.SSS(rand(T, 2, 2, seed=10) / 2, randn(T, 2, seed=11), randn(T, 2, seed=12))}[kind]
+    full = sm.sma(q, k, v, M)
+    G = M.generators
+    prefix = type(M)._from_generators(G.narrow(0, t0), True)
+    state = sm.sma_state(k[:, :t0], v[:, :t0], prefix)
+    dec = sm.SMADecoder(M, state=state, start=t0)
+    rest = torch.stack([dec.step(q[:, t], k[:, t], v[:, t]) for t in range(t0, T)], dim=1)
+    assert rel(rest, full[:, t0:]) < 1e-12
+
+
+def test_per_token_decays_through_sma_step():
+    """A model that computes its decays from the current token: no mask up front."""
+    B, T, H, N, P = 2, 10, 3, 4, 2
+    q, k, v = randn(B, T, H, N, seed=1), randn(B, T, H, N, seed=2), randn(B, T, H, P, seed=3)
+    log_a = -rand(B, T, H, seed=4)
+    full = sm.sma(q, k, v, sm.OneSS(log_a.transpose(1, 2)))
+    state, ones = None, torch.ones(B, H, 1, dtype=F64)
+    for t in range(T):
+        y, state = sm.sma_step(state, q[:, t], k[:, t], v[:, t], sm.Transitions.from_log(log_a[:, t, :, None]), ones, ones)
+        assert rel(y, full[:, t]) < 1e-12
+    A = rand(B, T, H, 2, seed=5)  # diagonal transitions as plain tensors
+    Bm, Cm = randn(B, T, H, 2, seed=6), randn(B, T, H, 2, seed=7)
+    full = sm.sma(q, k, v, sm.SSS(A.transpose(1, 2), Bm.transpose(1, 2), Cm.transpose(1, 2)))
+    state = None
+    for t in range(T):
+        y, state = sm.sma_step(state, q[:, t], k[:, t], v[:, t], A[:, t], Bm[:, t], Cm[:, t])
+        assert rel(y, full[:, t]) < 1e-12
+    with pytest.raises(ValueError, match="A must have shape"):
+        sm.sma_step(state, q[:, 0], k[:, 0], v[:, 0], torch.ones(B, H, 2, 2, 2), Bm[:, 0], Cm[:, 0])
