@@ -15,6 +15,7 @@ True
 """
 
 from structmat import algebra as _algebra  # noqa: F401  (registers the closure rules)
+from structmat import nn
 from structmat.algebra.rank import semiseparable_rank
 from structmat.attention import SMADecoder, Tuning, sma, sma_plan, sma_state, sma_step
 from structmat.core import (
@@ -81,4 +82,5 @@ __all__ = [
     "Tuning",
     "ssd",
     "ssd_step",
+    "nn",
 ]

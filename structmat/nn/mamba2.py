@@ -1,0 +1,200 @@
+"""``structmat.nn.Mamba2``: the Mamba-2 block with mamba_ssm's constructor, initialisation and parameter names.
+
+Checkpoints of ``mamba_ssm.modules.mamba2.Mamba2`` and of HuggingFace's ``Mamba2Mixer`` load with
+``load_state_dict(strict=True)``. The SSD runs through :func:`structmat.ssd` (the Triton kernels on
+CUDA, the torch implementation elsewhere); decoding through :func:`structmat.ssd_step`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from structmat.nn.conv import causal_conv1d, conv_step, last_inputs
+from structmat.nn.norm import GatedRMSNorm
+from structmat.ssd import ssd, ssd_step
+
+__all__ = ["Mamba2", "InferenceParams"]
+
+
+@dataclass
+class InferenceParams:
+    """The decoding cache of a model, as mamba_ssm's generation utilities pass it: per layer
+    ``key_value_memory_dict[layer_idx] = (conv_state, ssm_state)``; ``seqlen_offset > 0`` means the
+    prompt has been processed and calls decode one token."""
+
+    max_seqlen: int
+    max_batch_size: int
+    seqlen_offset: int = 0
+    key_value_memory_dict: dict = field(default_factory=dict)
+
+
+class Mamba2(nn.Module):
+    """The Mamba-2 block: ``in_proj -> causal conv -> SSD -> gated RMSNorm -> out_proj``.
+
+    Parameters are those of ``mamba_ssm.modules.mamba2.Mamba2`` (same defaults, same initialisation,
+    same ``state_dict`` names and shapes): ``d_model, d_state=128, d_conv=4, conv_init=None, expand=2,
+    headdim=64, d_ssm=None, ngroups=1, A_init_range=(1, 16), D_has_hdim=False, rmsnorm=True,
+    norm_before_gate=False, dt_min=0.001, dt_max=0.1, dt_init_floor=1e-4, dt_limit=(0.0, inf),
+    bias=False, conv_bias=True, chunk_size=256, layer_idx=None, device=None, dtype=None``.
+    ``use_mem_eff_path`` is accepted and has no effect (the SSD kernels here need no fused path).
+
+    Shapes: ``forward(u (B, L, d_model)) -> (B, L, d_model)``; ``step(u (B, 1, d_model), conv_state
+    (B, conv_dim, d_conv), ssm_state (B, nheads, headdim, d_state))``. Cost per token ``O(d_model
+    d_inner + nheads headdim d_state)``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from structmat.nn import Mamba2
+    >>> block = Mamba2(d_model=16, d_state=8, headdim=8, chunk_size=8)
+    >>> u = torch.randn(2, 10, 16)
+    >>> block(u).shape
+    torch.Size([2, 10, 16])
+    """
+
+    def __init__(self, d_model: int, d_state: int = 128, d_conv: int = 4, conv_init: float | None = None, expand: int = 2,
+                 headdim: int = 64, d_ssm: int | None = None, ngroups: int = 1, A_init_range=(1, 16),
+                 D_has_hdim: bool = False, rmsnorm: bool = True, norm_before_gate: bool = False, dt_min: float = 0.001,
+                 dt_max: float = 0.1, dt_init_floor: float = 1e-4, dt_limit=(0.0, float("inf")), bias: bool = False,
+                 conv_bias: bool = True, chunk_size: int = 256, use_mem_eff_path: bool = True, layer_idx: int | None = None,
+                 device=None, dtype=None):
+        super().__init__()
+        kw = {"device": device, "dtype": dtype}
+        self.d_model, self.d_state, self.d_conv, self.expand, self.headdim = d_model, d_state, d_conv, expand, headdim
+        self.d_inner = expand * d_model
+        self.d_ssm = self.d_inner if d_ssm is None else d_ssm
+        if self.d_ssm % headdim:
+            raise ValueError(f"d_ssm={self.d_ssm} must be a multiple of headdim={headdim}")
+        self.nheads, self.ngroups = self.d_ssm // headdim, ngroups
+        if self.nheads % ngroups:
+            raise ValueError(f"nheads={self.nheads} must be a multiple of ngroups={ngroups}")
+        self.D_has_hdim, self.rmsnorm, self.norm_before_gate = D_has_hdim, rmsnorm, norm_before_gate
+        self.dt_limit, self.chunk_size, self.layer_idx, self.conv_init = tuple(dt_limit), chunk_size, layer_idx, conv_init
+        self.use_mem_eff_path = use_mem_eff_path
+        d_in_proj = 2 * self.d_inner + 2 * ngroups * d_state + self.nheads  # [z0, x0, z, xBC, dt]
+        self.in_proj = nn.Linear(d_model, d_in_proj, bias=bias, **kw)
+        conv_dim = self.d_ssm + 2 * ngroups * d_state
+        self.conv1d = nn.Conv1d(conv_dim, conv_dim, d_conv, groups=conv_dim, padding=d_conv - 1, bias=conv_bias, **kw)
+        self.act = nn.SiLU()
+        self.dt_bias = nn.Parameter(_dt_bias_init(self.nheads, dt_min, dt_max, dt_init_floor, **kw))
+        if not (A_init_range[0] > 0 and A_init_range[1] >= A_init_range[0]):
+            raise ValueError(f"A_init_range must be (low, high) with 0 < low <= high; got {A_init_range}")
+        A = torch.empty(self.nheads, dtype=torch.float32, device=device).uniform_(*A_init_range)
+        self.A_log = nn.Parameter(torch.log(A).to(dtype=dtype))
+        self.D = nn.Parameter(torch.ones(self.d_ssm if D_has_hdim else self.nheads, device=device))
+        for p in (self.dt_bias, self.A_log, self.D):
+            p._no_weight_decay = True
+        if conv_init is not None:
+            nn.init.uniform_(self.conv1d.weight, -conv_init, conv_init)
+        if rmsnorm:
+            self.norm = GatedRMSNorm(self.d_ssm, eps=1e-5, group_size=self.d_ssm // ngroups, norm_before_gate=norm_before_gate,
+                                     **kw)
+        self.out_proj = nn.Linear(self.d_inner, d_model, bias=bias, **kw)
+
+    # --- the pieces -------------------------------------------------------------------------------
+    def _split(self, zxbcdt: torch.Tensor):
+        d_mlp = (zxbcdt.shape[-1] - 2 * self.d_ssm - 2 * self.ngroups * self.d_state - self.nheads) // 2
+        sizes = [d_mlp, d_mlp, self.d_ssm, self.d_ssm + 2 * self.ngroups * self.d_state, self.nheads]
+        return torch.split(zxbcdt, sizes, dim=-1)
+
+    def _ssm_split(self, xBC: torch.Tensor):
+        return torch.split(xBC, [self.d_ssm, self.ngroups * self.d_state, self.ngroups * self.d_state], dim=-1)
+
+    def _A(self) -> torch.Tensor:
+        """``A = -exp(A_log)`` in float32 at least (a 16-bit ``A_log`` could give ``-inf``; float64 stays)."""
+        return -torch.exp(self.A_log.to(torch.promote_types(self.A_log.dtype, torch.float32)))
+
+    def _D(self):
+        return self.D.view(self.nheads, self.headdim) if self.D_has_hdim else self.D
+
+    def _finish(self, y, z, z0, x0):
+        """Gated norm (or nothing: ``z`` already gated inside the SSD), the gated-MLP half, ``out_proj``."""
+        if self.rmsnorm:
+            y = self.norm(y, z)
+        if z0.shape[-1] > 0:
+            y = torch.cat([F.silu(z0) * x0, y], dim=-1)
+        return self.out_proj(y)
+
+    # --- forward ------------------------------------------------------------------------------------
+    def forward(self, u: torch.Tensor, seq_idx: torch.Tensor | None = None, cu_seqlens: torch.Tensor | None = None,
+                inference_params=None) -> torch.Tensor:
+        """``u (B, L, d_model)``; packed sequences (``seq_idx (B, L)`` or ``cu_seqlens`` with ``B = 1``) reset
+        both the convolution and the SSD state at their boundaries, so a packed call equals separate calls.
+        With ``inference_params`` the cache is filled (a prefill) or, once ``seqlen_offset > 0``, one token
+        is decoded through :meth:`step`."""
+        if u.dim() != 3 or u.shape[-1] != self.d_model:
+            raise ValueError(f"u must have shape (batch, seqlen, {self.d_model}); got {tuple(u.shape)}")
+        if cu_seqlens is not None and seq_idx is None:
+            seq_idx = torch.repeat_interleave(torch.arange(cu_seqlens.numel() - 1, device=u.device), cu_seqlens.diff())[None]
+        conv_state = ssm_state = None
+        if inference_params is not None:
+            batch = cu_seqlens.numel() - 1 if cu_seqlens is not None else u.shape[0]
+            conv_state, ssm_state = self._cache(inference_params, batch)
+            if inference_params.seqlen_offset > 0:
+                return self.step(u, conv_state, ssm_state)[0]
+        z0, x0, z, xBC, dt = self._split(self.in_proj(u))
+        if conv_state is not None:
+            ends = None if cu_seqlens is None else list(zip(cu_seqlens[:-1].tolist(), cu_seqlens[1:].tolist()))
+            conv_state.copy_(last_inputs(xBC, self.d_conv, ends))
+        xBC = self.act(causal_conv1d(xBC, self.conv1d.weight[:, 0], self.conv1d.bias, seq_idx))
+        x, B, C = self._ssm_split(xBC)
+        heads, groups = (self.nheads, self.headdim), (self.ngroups, self.d_state)
+        y = ssd(x.unflatten(-1, heads), dt, self._A(), B.unflatten(-1, groups),
+                C.unflatten(-1, groups), self.chunk_size, D=self._D(), z=None if self.rmsnorm else z.unflatten(-1, heads),
+                dt_bias=self.dt_bias, seq_idx=seq_idx, cu_seqlens=cu_seqlens, dt_softplus=True, dt_limit=self.dt_limit,
+                return_final_states=ssm_state is not None and cu_seqlens is None,
+                return_varlen_states=ssm_state is not None and cu_seqlens is not None)
+        if ssm_state is not None:
+            y, state = y
+            ssm_state.copy_(state)
+        return self._finish(y.flatten(-2), z, z0, x0)
+
+    # --- decoding -----------------------------------------------------------------------------------
+    def step(self, u: torch.Tensor, conv_state: torch.Tensor, ssm_state: torch.Tensor):
+        """One token ``u (B, 1, d_model)``; the states are updated in place. Returns ``(out (B, 1, d_model),
+        conv_state, ssm_state)``."""
+        if u.dim() != 3 or u.shape[1] != 1 or u.shape[-1] != self.d_model:
+            raise ValueError(f"step decodes one token: u must have shape (batch, 1, {self.d_model}); got {tuple(u.shape)}")
+        z0, x0, z, xBC, dt = self._split(self.in_proj(u[:, 0]))
+        xBC = self.act(conv_step(xBC, conv_state, self.conv1d.weight[:, 0], self.conv1d.bias)).to(u.dtype)
+        x, B, C = self._ssm_split(xBC)
+        h, p, n = self.nheads, self.headdim, self.d_state
+        per_channel = lambda v: v[:, None].expand(h, p)  # noqa: E731  (selective_state_update's broadcast views)
+        y = ssd_step(ssm_state, x.unflatten(-1, (h, p)), dt[..., None].expand(-1, h, p),
+                     (self._A())[:, None, None].expand(h, p, n), B.unflatten(-1, (self.ngroups, n)),
+                     C.unflatten(-1, (self.ngroups, n)), D=self._D() if self.D_has_hdim else per_channel(self.D),
+                     z=None if self.rmsnorm else z.unflatten(-1, (h, p)), dt_bias=per_channel(self.dt_bias), dt_softplus=True)
+        return self._finish(y.flatten(-2), z, z0, x0)[:, None], conv_state, ssm_state
+
+    def allocate_inference_cache(self, batch_size: int, max_seqlen: int, dtype=None, **kwargs):
+        """Zero states ``(conv_state (B, conv_dim, d_conv), ssm_state (B, nheads, headdim, d_state))``."""
+        device = self.out_proj.weight.device
+        conv_state = torch.zeros(batch_size, self.d_conv, self.conv1d.weight.shape[0], device=device,
+                                 dtype=self.conv1d.weight.dtype if dtype is None else dtype).transpose(1, 2)
+        ssm_state = torch.zeros(batch_size, self.nheads, self.headdim, self.d_state, device=device,
+                                dtype=self.in_proj.weight.dtype if dtype is None else dtype)
+        return conv_state, ssm_state
+
+    def _cache(self, inference_params, batch_size: int):
+        if self.layer_idx is None:
+            raise ValueError("decoding with inference_params needs the block's layer_idx")
+        cache = inference_params.key_value_memory_dict
+        if self.layer_idx not in cache:
+            cache[self.layer_idx] = self.allocate_inference_cache(batch_size, inference_params.max_seqlen)
+        return cache[self.layer_idx]
+
+    def extra_repr(self) -> str:
+        return (f"d_model={self.d_model}, d_state={self.d_state}, d_conv={self.d_conv}, expand={self.expand}, "
+                f"headdim={self.headdim}, nheads={self.nheads}, ngroups={self.ngroups}, chunk_size={self.chunk_size}")
+
+
+def _dt_bias_init(nheads: int, dt_min: float, dt_max: float, floor: float, device=None, dtype=None) -> torch.Tensor:
+    """``softplus^{-1}(dt)`` for ``dt`` log-uniform in ``[dt_min, dt_max]``, at least ``floor`` (Mamba-2's init)."""
+    dt = torch.exp(torch.rand(nheads, device=device, dtype=dtype) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min))
+    dt = torch.clamp(dt, min=floor)
+    return dt + torch.log(-torch.expm1(-dt))
