@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import sys
 import time
 import types
@@ -28,7 +29,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _report import table, write  # noqa: E402
 
 import structmat as sm  # noqa: E402
-from structmat.kernels.decay_torch import decay_chunked_torch  # noqa: E402
 
 
 def load_peers() -> dict:
@@ -70,6 +70,17 @@ def make_inputs(batch, T, H, P, N, *, dtype=torch.bfloat16, seed=0, grad=False):
 def calls(peers, x, dt, A, B, C):
     H = x.shape[2]
     out = {"structmat": lambda: sm.ssd(x, dt, A, B, C, chunk_size=256)}
+
+    def unchecked():  # a training loop's call (structmat.nn's layers do this): no host sync for the checks
+        with sm.skip_finite_checks():
+            return sm.ssd(x, dt, A, B, C, chunk_size=256)
+
+    def kernel():  # the Triton primitive alone, without ssd's argument handling
+        from structmat.kernels.decay_triton import decay_chunked_triton
+
+        return decay_chunked_triton(x, dt * A, B, C, scale=dt)[0]
+
+    out["structmat_unchecked"], out["structmat_kernel"] = unchecked, kernel
     if "mamba_ssm" in peers:
         out["mamba_ssm"] = lambda: peers["mamba_ssm"](x, dt, A, B, C, chunk_size=256)
     if "fla" in peers:
@@ -95,7 +106,7 @@ def rel_err(a, ref):
 
 def correctness(peers, batch=2, T=2048, H=8, P=64, N=128) -> dict:
     x, dt, A, B, C = make_inputs(batch, T, H, P, N, seed=7)
-    ref, _ = decay_chunked_torch(x.double(), dt.double() * A.double(), B.double(), C.double(), scale=dt.double(), chunk_size=64)
+    ref = sm.ssd(x.double(), dt.double(), A.double(), B.double(), C.double(), 64, backend="torch")
     errs = {}
     for name, fn in calls(peers, x, dt, A, B, C).items():
         out = fn()
@@ -106,8 +117,7 @@ def correctness(peers, batch=2, T=2048, H=8, P=64, N=128) -> dict:
     sm.ssd(xg, dtg, Ag, Bg, Cg, chunk_size=256).backward(gy)
     ours = [t.grad.clone() for t in (xg, dtg, Ag, Bg, Cg)]
     refs = [t.detach().double().requires_grad_() for t in (xg, dtg, Ag, Bg, Cg)]
-    xr, dtr, Ar, Br, Cr = refs
-    decay_chunked_torch(xr, dtr * Ar, Br, Cr, scale=dtr, chunk_size=64)[0].backward(gy.double())
+    sm.ssd(*refs, 64, backend="torch").backward(gy.double())
     grad_errs = {n: rel_err(o, r.grad) for n, o, r in zip(["dx", "ddt", "dA", "dB", "dC"], ours, refs)}
     if "mamba_ssm" in peers:
         for t in (xg, dtg, Ag, Bg, Cg):
@@ -147,7 +157,7 @@ def peak_memory(fn) -> float:
     return (torch.cuda.max_memory_allocated() - base) / 2**20
 
 
-def grid_point(peers, batch, T, H, P, N) -> dict:
+def grid_point(peers, batch, T, H, P, N, sdpa=True) -> dict:
     row = {"T": T, "N": N, "batch": batch, "H": H}
     x, dt, A, B, C = make_inputs(batch, T, H, P, N)
     for name, fn in calls(peers, x, dt, A, B, C).items():
@@ -156,8 +166,9 @@ def grid_point(peers, batch, T, H, P, N) -> dict:
         except Exception as err:
             row[f"{name}_fwd"] = None
             print(f"{name} fwd failed at T={T} N={N}: {err!r}"[:300])
-    fn, _ = sdpa_call(x, B)
-    row["sdpa_fwd"] = bench(fn)
+    if sdpa:
+        fn, _ = sdpa_call(x, B)
+        row["sdpa_fwd"] = bench(fn)
     xg, dtg, Ag, Bg, Cg = make_inputs(batch, T, H, P, N, grad=True)
     for name, fn in calls(peers, xg, dtg, Ag, Bg, Cg).items():
         try:
@@ -167,13 +178,15 @@ def grid_point(peers, batch, T, H, P, N) -> dict:
         except Exception as err:
             row[f"{name}_fwdbwd"] = None
             print(f"{name} fwd+bwd failed at T={T} N={N}: {err!r}"[:300])
-    fn, qkv = sdpa_call(xg, Bg, grad=True)
-    row["sdpa_fwdbwd"] = bench(fwd_bwd(fn, qkv), grad_to_none=list(qkv))
+    if sdpa:
+        fn, qkv = sdpa_call(xg, Bg, grad=True)
+        row["sdpa_fwdbwd"] = bench(fwd_bwd(fn, qkv), grad_to_none=list(qkv))
     fast = [row.get(k) for k in ("mamba_ssm_fwd", "fla_fwd") if row.get(k)]
-    if fast:
-        row["fwd_speedup_vs_best_peer"] = min(fast) / row["structmat_fwd"]
-    if row.get("mamba_ssm_fwdbwd"):
-        row["fwdbwd_speedup_vs_mamba"] = row["mamba_ssm_fwdbwd"] / row["structmat_fwdbwd"]
+    for ours, tag in (("structmat", ""), ("structmat_unchecked", "_unchecked"), ("structmat_kernel", "_kernel")):
+        if fast and row.get(f"{ours}_fwd"):
+            row[f"fwd_speedup_vs_best_peer{tag}"] = min(fast) / row[f"{ours}_fwd"]
+        if row.get("mamba_ssm_fwdbwd") and row.get(f"{ours}_fwdbwd"):
+            row[f"fwdbwd_speedup_vs_mamba{tag}"] = row["mamba_ssm_fwdbwd"] / row[f"{ours}_fwdbwd"]
     return row
 
 
@@ -218,31 +231,56 @@ def main():
     parser.add_argument("--out", default=None, help="also copy results to this folder")
     parser.add_argument("--no-peers", action="store_true", help="time structmat alone (kernel iteration)")
     parser.add_argument("--Ns", default="64,128", help="state sizes of the grid (to split long runs)")
+    parser.add_argument("--correctness-only", action="store_true", help="accuracy against float64 and peers only")
+    parser.add_argument("--points", default=None,
+                        help="grid points T:N[:batch:H], comma separated (default: the full grid)")
+    parser.add_argument("--no-sdpa", action="store_true", help="skip the SDPA baseline")
+    parser.add_argument("--grid-only", action="store_true", help="skip the first-call and correctness runs")
+    parser.add_argument("--name", default=None, help="results file name (default from --Ns / --quick)")
     args = parser.parse_args()
     peers = {} if args.no_peers else load_peers()
     print("peers:", sorted(peers))
-    t_first = first_call_seconds()
-    print(f"first call (compile fwd+bwd kernels, new shape): {t_first:.2f} s")
-    corr = correctness(peers)
-    print("correctness:", corr)
+    t_first, corr = None, None
+    if not args.grid_only:
+        t_first = first_call_seconds()
+        print(f"first call (compile fwd+bwd kernels, new shape): {t_first:.2f} s")
+        corr = correctness(peers)
+        print("correctness:", corr)
+    if args.correctness_only:
+        if args.out:
+            Path(args.out, "correctness.json").write_text(json.dumps({"first_call_seconds": t_first, **corr}, indent=1))
+        return
     points = [(T, N) for N in map(int, args.Ns.split(",")) for T in (1024, 2048, 4096, 8192, 16384)]
     if args.quick:
         points = [(2048, 64), (16384, 128)]
-    rows = [grid_point(peers, 32768 // T, T, 32, 64, N) for T, N in points]
-    if not args.quick and "128" in args.Ns.split(","):
-        rows.append(grid_point(peers, 2, 8192, 80, 64, 128))
-    cols = ["T", "N", "batch", "H", "structmat_fwd", "mamba_ssm_fwd", "fla_fwd", "sdpa_fwd", "fwd_speedup_vs_best_peer",
-            "structmat_fwdbwd", "mamba_ssm_fwdbwd", "sdpa_fwdbwd", "fwdbwd_speedup_vs_mamba", "structmat_peak_mib", "mamba_ssm_peak_mib"]
+    if args.points:
+        specs = [[int(v) for v in p.split(":")] for p in args.points.split(",")]
+        specs = [(sp[2] if len(sp) > 2 else 32768 // sp[0], sp[0], sp[3] if len(sp) > 3 else 32, sp[1]) for sp in specs]
+    else:
+        specs = [(32768 // T, T, 32, N) for T, N in points]
+        if not args.quick and "128" in args.Ns.split(","):
+            specs.append((2, 8192, 80, 128))
+    rows = []
+    for batch, T, H, N in specs:  # each row printed as it completes: a run cut short keeps what it measured
+        rows.append(grid_point(peers, batch, T, H, 64, N, sdpa=not args.no_sdpa))
+        print("row:", json.dumps(rows[-1]), flush=True)
+        if args.out:
+            Path(args.out, "rows_partial.json").write_text(json.dumps(rows, indent=1))
+    cols = ["T", "N", "batch", "H", "structmat_fwd", "structmat_unchecked_fwd", "mamba_ssm_fwd", "fla_fwd", "sdpa_fwd",
+            "fwd_speedup_vs_best_peer", "fwd_speedup_vs_best_peer_unchecked", "structmat_fwdbwd", "structmat_unchecked_fwdbwd",
+            "mamba_ssm_fwdbwd", "sdpa_fwdbwd", "fwdbwd_speedup_vs_mamba", "fwdbwd_speedup_vs_mamba_unchecked",
+            "structmat_kernel_fwd", "structmat_kernel_fwdbwd", "structmat_peak_mib", "structmat_unchecked_peak_mib",
+            "mamba_ssm_peak_mib"]
     fmt = [{k: (f"{v:.3f}" if isinstance(v, float) else v) for k, v in r.items()} for r in rows]
     print(table(fmt, cols))
-    name = "bench_ssd_quick" if args.quick else f"bench_ssd_N{args.Ns.replace(',', '_')}"
+    name = args.name or ("bench_ssd_quick" if args.quick else f"bench_ssd_N{args.Ns.replace(',', '_')}")
     path = write(name, {"first_call_seconds": t_first, "correctness": corr, "grid": rows})
     png = path.with_suffix(".png")
     if args.out:
         import shutil
 
         shutil.copy(path, args.out)
-    if not args.quick and not args.no_peers:
+    if not args.quick and not args.no_peers and not args.points:
         plot(rows, png)
         if args.out:
             shutil.copy(png, args.out)

@@ -1,76 +1,128 @@
-"""Per-kernel times of the Triton SSD for tile variants (kernel iteration on a GPU, by hand).
+"""Per-kernel times of the decay kernels (structmat.kernels.decay_triton) for tile variants, on a GPU.
 
-``python benchmarks/profile_ssd.py``: prints a table of median ms per stage.
+``python benchmarks/profile_ssd.py [--quick] [--json PATH]``: median ms per kernel (forward; backward
+chain, dB/dC, dx) and of the whole forward+backward through autograd, with the peak memory of the
+latter, for the bench's problem (32768 tokens, H = 32, P = 64, bf16) and warps variants.
 """
 
 from __future__ import annotations
 
-import itertools
+import argparse
+import json
 import sys
+import time
 from pathlib import Path
 
 import torch
+import triton
 import triton.testing
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).parent))
 
-import structmat.triton.ssd as tssd  # noqa: E402
-from bench_ssd import make_inputs  # noqa: E402
+import structmat.kernels.decay_triton_launch as dt  # noqa: E402
+from structmat.kernels.decay_triton import decay_chunked_triton  # noqa: E402
 
 
-def stages(x, dt, A, B, C, chunk=256):
+def inputs(batch, T, H, P, N, G=1, seed=0, dtype=torch.bfloat16):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(batch, T, H, P, device="cuda", dtype=dtype, generator=g)
+    dtv = torch.nn.functional.softplus(torch.randn(batch, T, H, device="cuda", generator=g) - 3.0)
+    A = -torch.exp(torch.rand(H, device="cuda", generator=g) * 2.0)
+    B = torch.randn(batch, T, G, N, device="cuda", dtype=dtype, generator=g) / N**0.5
+    C = torch.randn(batch, T, G, N, device="cuda", dtype=dtype, generator=g) / N**0.5
+    return x, (dtv * A).contiguous(), dtv, B, C
+
+
+def ms(fn):
+    return triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median")
+
+
+def stages(x, la, s, B, C, chunk, bm, knobs):
+    """Each kernel alone; ``knobs`` = five warp counts then the (forward, chain, dx) column splits."""
+    out, final, cst, slo, ypre = dt.forward(x, la, B, C, s, None, None, None, None, chunk, bm, knobs, True)
     dy = torch.randn_like(x)
-    states, final, cs = tssd.run_states(x, dt, A, B, None, None, chunk)
-    rstates, _, _ = tssd.run_states(dy, dt, A, C, None, None, chunk, reverse=True, write_cs=False)
+    glo, _, cs, jump = dt._launch_chain(dy, None, la, C, None, slo, False, chunk, bm, knobs[1], knobs[6])
+    s_ht = s.transpose(1, 2).contiguous()
+    b, T, H, _ = x.shape
+    rpart = torch.empty(chunk // bm + 2, b, H, T, device=x.device)
     return {
-        "states_fwd": lambda: tssd.run_states(x, dt, A, B, None, None, chunk),
-        "chunk_out": lambda: tssd.run_chunk_out(x, dt, cs, B, C, states, None, None, None, chunk),
-        "states_rev": lambda: tssd.run_states(dy, dt, A, C, None, None, chunk, reverse=True, write_cs=False),
-        "dc+dx_db": lambda: tssd.run_backward(x, dt, A, B, C, None, dy, states, rstates, cs, None, chunk),
-        "dc": lambda: _dc_only(x, dt, A, B, C, dy, states, cs, chunk),
+        "fwd": lambda: dt.forward(x, la, B, C, s, None, None, None, None, chunk, bm, knobs, True),
+        "chain": lambda: dt._launch_chain(dy, None, la, C, None, slo, False, chunk, bm, knobs[1], knobs[6]),
+        "dc": lambda: dt._launch_dc(x, dy, cs, s_ht, B, C, None, slo, rpart, chunk, bm, knobs[2]),
+        "db": lambda: dt._launch_db(x, dy, cs, s_ht, B, C, None, glo, rpart, chunk, bm, knobs[3]),
+        "dx": lambda: dt._launch_dx(x, dy, cs, s_ht, B, C, None, None, glo, chunk, bm, knobs[4], knobs[7]),
+        "dla": lambda: dt._launch_dla(rpart, jump, T, chunk, bm),
     }
 
 
-def _dc_only(x, dt, A, B, C, dy, states, cs, chunk):
-    from structmat.triton import ssd_kernels as K
+def fwd_bwd(x, la, s, B, C, chunk, cfg):
+    leaves = [t.detach().clone().requires_grad_() for t in (x, la, s, B, C)]
+    gy = torch.randn_like(x)
 
-    b, L, H, P = x.shape
-    G, N = B.shape[2], B.shape[3]
-    BM = min(tssd.MAX_BLOCK_M, chunk)
-    dC = torch.zeros(b, L, G, N, device=x.device)
-    dda = torch.zeros(b, H, L, device=x.device)
-    hpg = H // G
-    split = tssd.HEAD_SPLIT
-    K.dc_kernel[((L // chunk) * (chunk // BM), b * G, split)](
-        x, dy, dt, cs, B, C, states, dt, dC, dda, L, H, hpg, G, P, N,
-        *x.stride(), *dt.stride(), *B.stride(), *C.stride(), *states.stride(), 0, 0, *dC.stride(),
-        CHUNK=chunk, BLOCK_M=BM, BLOCK_N=tssd._pow2(N), BLOCK_P=tssd._pow2(P), HAS_SEQ=False,
-        HEADS_PER_PROGRAM=hpg // split, DOT_PRECISION="tf32", num_warps=tssd.BWD_WARPS)
+    def run():
+        out, _ = decay_chunked_triton(leaves[0], leaves[1], leaves[3], leaves[4], scale=leaves[2],
+                                         chunk_size=chunk, config=cfg)
+        out.backward(gy)
+
+    run()
+    t = triton.testing.do_bench(run, warmup=10, rep=40, grad_to_none=leaves, return_mode="median")
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    run()
+    torch.cuda.synchronize()
+    return t, (torch.cuda.max_memory_allocated() - base) / 2**20
+
+
+def variants(N, extra=()):
+    """The defaults, then each knob changed alone (warps 4 <-> 8, split 1 <-> 2), then ``extra``."""
+    d = [dt.FWD_WARPS[N], dt.CHAIN_WARPS[N], dt.DC_WARPS[N], dt.DB_WARPS[N], dt.DX_WARPS[N],
+         dt.FWD_SPLIT[N], dt.CHAIN_SPLIT[N], dt.DX_SPLIT[N]]
+    out = [tuple(d)]
+    for i in range(8):
+        v = list(d)
+        v[i] = {4: 8, 8: 4, 1: 2, 2: 1}[d[i]]
+        out.append(tuple(v))
+    return out + [tuple(e) for e in extra]
 
 
 def main():
-    for (T, N), split in itertools.product([(2048, 64), (16384, 128)], [4, 8]):
-        tssd.HEAD_SPLIT = split
-        x, dt, A, B, C = make_inputs(32768 // T, T, 32, 64, N)
-        row = {name: triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median") for name, fn in stages(x, dt, A, B, C).items()}
-        print(f"T={T} N={N} split={split}: " + "  ".join(f"{k}={v:.3f}" for k, v in row.items()), flush=True)
-
-
-def resources():
-    """Registers and spills of each compiled kernel (the compiler's report)."""
-    from structmat.triton import ssd_kernels as K
-
-    for name in ("state_kernel", "chunk_out_kernel", "dc_kernel", "dx_db_kernel"):
-        kern = getattr(K, name)
-        for dev_cache in getattr(kern, "device_caches", {}).values():
-            for compiled in dev_cache[0].values():
-                print(f"{name}: regs={compiled.n_regs} spills={compiled.n_spills} shared={compiled.metadata.shared}")
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="default warps only")
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--shapes", default="2048:64,16384:128,8192:128:2:80")
+    ap.add_argument("--no-split-state", action="store_true", help="also time the defaults with SPLIT_STATE off")
+    args = ap.parse_args()
+    rows = []
+    for spec in args.shapes.split(","):
+        parts = [int(v) for v in spec.split(":")]
+        T, N = parts[:2]
+        batch = parts[2] if len(parts) > 2 else 32768 // T
+        H = parts[3] if len(parts) > 3 else 32
+        x, la, s, B, C = inputs(batch, T, H, 64, N)
+        runs = [(w, True) for w in (variants(N)[:1] if args.quick else variants(N))]
+        if args.no_split_state:
+            runs.append((variants(N)[0], False))
+        for warps, split_state in runs:
+            dt.SPLIT_STATE = split_state
+            t0 = time.perf_counter()
+            st = stages(x, la, s, B, C, 256, 64, list(warps))
+            torch.cuda.synchronize()
+            compile_s = time.perf_counter() - t0
+            row = dict(T=T, N=N, batch=batch, H=H, knobs=list(warps), split_state=split_state,
+                       compile_s=round(compile_s, 2))
+            row.update({k: round(ms(f), 4) for k, f in st.items()})
+            row["bwd_kernels"] = round(sum(row[k] for k in ("chain", "dc", "db", "dx", "dla")), 4)
+            t, peak = fwd_bwd(x, la, s, B, C, 256, dt.DecayTritonConfig(warps=warps[:5], splits=warps[5:]))
+            row["fwdbwd"] = round(t, 4)
+            row["peak_mib"] = round(peak, 1)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+        dt.SPLIT_STATE = True
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
 
 
 if __name__ == "__main__":
     main()
-    try:
-        resources()
-    except Exception as err:  # the cache layout differs between triton versions
-        print("no resource report:", repr(err))

@@ -119,8 +119,7 @@ def _backend(backend: str, x, log_a, B, C) -> str:
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}; got {backend!r}")
     if backend == "auto":
-        kernel = x.dtype != torch.float64 and (not finite_checks_enabled() or triton_applies(x, log_a, B, C))
-        return "triton" if x.is_cuda and kernel else "torch"
+        return "triton" if x.dtype != torch.float64 and triton_applies(x, log_a, B, C) else "torch"
     if backend == "triton":
         if not x.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
             raise ValueError("backend='triton' needs CUDA tensors; use backend='torch' (or 'auto') on the CPU")

@@ -8,7 +8,6 @@ of changing module globals.
 
 from __future__ import annotations
 
-import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,14 +60,13 @@ class Tuning:
         return flops * s_flop + bytes_ * s_byte + passes * ms_pass
 
 
-@functools.cache
-def _load() -> dict:
-    return json.loads(TUNING_FILE.read_text())
+# Read once at import: torch.compile cannot trace file reads inside a forward pass.
+_TUNINGS: dict = json.loads(TUNING_FILE.read_text())
 
 
 def tuning_for(device) -> Tuning:
     """The tuning of a device (``torch.device``, ``"cpu"``, ``"cuda:0"``, ...); unknown kinds use the CPU's."""
-    data = _load()
+    data = _TUNINGS
     kind = torch.device(device).type
     entry = dict(data.get(kind, data["cpu"]))
     entry.pop("calibrated", None)

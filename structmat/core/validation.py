@@ -26,7 +26,13 @@ _STATE = threading.local()
 
 
 def finite_checks_enabled() -> bool:
-    """Whether constructors check their parameters for NaN and infinities (on by default)."""
+    """Whether constructors check their parameters for NaN and infinities (on by default).
+
+    Off while ``torch.compile`` traces: a check reads data back to the host, which would split the
+    graph. Compiled code runs as under :func:`skip_finite_checks`; shape checks stay.
+    """
+    if torch.compiler.is_compiling():
+        return False
     return getattr(_STATE, "finite_checks", True) and not getattr(_STATE, "trusted", False)
 
 
@@ -56,7 +62,7 @@ def skip_finite_checks() -> Iterator[None]:
     >>> with sm.skip_finite_checks():
     ...     M = sm.OneSS(torch.zeros(4))
     """
-    previous = finite_checks_enabled()
+    previous = getattr(_STATE, "finite_checks", True)  # the setting, not its state while tracing
     _STATE.finite_checks = False
     try:
         yield
@@ -92,7 +98,8 @@ def check_finite(x: torch.Tensor, name: str, *, allow_neg_inf: bool = False) -> 
 
 def check_overflow(x: torch.Tensor, what: str) -> torch.Tensor:
     """``x`` if finite, else a ``SingularMatrixError``: a computed result (an inverse's entries) overflowed its dtype."""
-    if getattr(_STATE, "finite_checks", True) and x.numel() and x.device.type != "meta" and not bool(torch.isfinite(x).all()):
+    checking = getattr(_STATE, "finite_checks", True) and not torch.compiler.is_compiling()
+    if checking and x.numel() and x.device.type != "meta" and not bool(torch.isfinite(x).all()):
         raise SingularMatrixError(f"{what} overflows {str(x.dtype).replace('torch.', '')}: the matrix is singular or too "
                                   "close to singular in this dtype (try float64)")
     return x

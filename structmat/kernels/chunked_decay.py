@@ -19,6 +19,7 @@ import importlib.util
 
 import torch
 
+from structmat.core.validation import finite_checks_enabled
 from structmat.kernels.decay_torch import decay_chunked_torch
 
 __all__ = ["chunked_decay", "triton_applies", "states_after", "BACKENDS", "TORCH_CHUNK"]
@@ -38,10 +39,15 @@ def triton_installed() -> bool:
 
 
 def triton_applies(x: torch.Tensor, log_a: torch.Tensor, B: torch.Tensor, C: torch.Tensor) -> bool:
-    """The Triton kernels take CUDA tensors with real data and finite log decays ``<= 0`` (one host sync)."""
+    """The Triton kernels take CUDA tensors with real data and finite log decays ``<= 0``.
+
+    The decays are checked with one host sync, which stalls the GPU pipeline; where finite checks
+    are off (:func:`~structmat.skip_finite_checks`, ``torch.compile``) the caller vouches for them,
+    as the layers of ``structmat.nn`` do (their decays are ``exp(-softplus(.) exp(.))`` by construction).
+    """
     if not x.is_cuda or any(t.is_complex() for t in (x, B, C)) or not triton_installed():
         return False
-    return bool(torch.isfinite(log_a).all() and (log_a <= 0).all())
+    return not finite_checks_enabled() or bool(torch.isfinite(log_a).all() and (log_a <= 0).all())
 
 
 def chunked_decay(x, log_a, B, C, *, scale=None, D=None, z=None, initial_state=None, seq_idx=None,

@@ -1,256 +1,188 @@
-"""Launchers and the autograd function of the Triton SSD.
+"""Chunked decay recurrence on Triton: :func:`decay_chunked_triton` (forward and backward kernels).
 
-Forward: :func:`state_kernel` (chunk states + state passing, one pass over ``x``) then
-:func:`chunk_out_kernel` (outputs, ``D`` and ``silu(z)`` fused). Backward recomputes the forward
-states instead of storing them, runs the state kernel in reverse for the adjoint states, then
-:func:`dc_kernel` and :func:`dx_db_kernel`; the ``d log decay`` chain is a reverse cumulative sum
-``ddA_k = sum_{i >= k} (C_i . dC_i - B_i . dB_i)`` done in torch on a ``(b, h, l)`` tensor.
+Per batch ``b`` and head ``h``, group ``g = h // (H // G)``, state ``S_t`` of shape ``(P, N)``::
 
-Block sizes come from a fixed rule (no autotuning), so the first call on a new shape costs only
-the compilation of four kernels; under ``TRITON_INTERPRET=1`` the same code runs on the CPU.
+    S_t = exp(log_a[b,t,h]) S_{t-1} + (scale[b,t,h] x[b,t,h]) B[b,t,g]^T     (S_{-1} = initial_state or 0)
+    y[b,t,h] = S_t C[b,t,g] + D[h] x[b,t,h],     out = y * silu(z)
+
+``seq_idx`` restarts the state from 0 where it changes (``initial_state`` feeds the first sequence).
+The reference is :func:`structmat.kernels.decay_naive.decay_naive`; the Mamba-2 SSD layer is the
+case ``log_a = dt A``, ``scale = dt``, and structured masked attention with a 1-SS mask the case
+``scale = None``.
+
+Kernels (``decay_triton_fwd``, ``decay_triton_bwd``, ``decay_triton_bwd_scan``; launched by
+``decay_triton_launch``): one fused forward (chunk states, a decoupled look-back across chunks,
+outputs); backward: the adjoint states by the same look-back run
+backwards, ``dB``/``dC`` per (chunk, block, group) summed over heads in registers, and ``dx``,
+``d scale``, ``d log_a`` per (chunk, head). The kernels are registered as torch custom ops
+(``structmat::decay_chunked_fwd`` / ``structmat::decay_chunked_bwd``) with their autograd, so
+``torch.compile`` traces through :func:`decay_chunked_triton` without a graph break.
+
+No autotuning: tile sizes and warps are the fixed constants of ``decay_triton_launch`` (the first
+call on a new shape compiles four kernels, five with ``z``). Without a GPU the same code runs on CPU tensors under
+``TRITON_INTERPRET=1`` (16-bit inputs are computed in float32 there: the interpreter's 16-bit dot is
+not exact).
 """
+
 
 from __future__ import annotations
 
 import torch
-import triton
 
-from structmat.kernels import decay_triton_kernels as K
+from structmat.kernels.decay_triton_launch import DecayTritonConfig, backward, forward, resolve
 
-__all__ = ["decay_chunked_triton", "ssd_triton", "SSDFunction"]
-
-
-MAX_BLOCK_M = 64  # row/column block inside a chunk; tests lower it to exercise several blocks per chunk
+__all__ = ["decay_chunked_triton", "DecayTritonConfig"]
 
 
-def _pow2(n: int, low: int = 16) -> int:
-    return max(low, triton.next_power_of_2(n))
+# ---- custom ops and their autograd -------------------------------------------------------------
+
+_FWD_SCHEMA = ("(Tensor x, Tensor log_a, Tensor B, Tensor C, Tensor? scale, Tensor? D, Tensor? z, "
+               "Tensor? initial_state, Tensor? seq_idx, int chunk_size, int block_m, int[] warps, bool save, "
+               "bool debug) -> (Tensor, Tensor, Tensor, Tensor, Tensor)")
+_BWD_SCHEMA = ("(Tensor dout, Tensor? dfinal, Tensor x, Tensor log_a, Tensor B, Tensor C, Tensor? scale, "
+               "Tensor? D, Tensor? z, Tensor? seq_idx, Tensor states_lo, Tensor y_pre, bool has_init, "
+               "int chunk_size, int block_m, int[] warps, bool debug) "
+               "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
 
 
-STATE_TILES = (64, 32)  # (BLOCK_N, BLOCK_P) of the state kernel; see benchmarks/NOTES_ssd.md
-HEAD_SPLIT = 4  # backward programs per group: each takes heads_per_group / HEAD_SPLIT heads
-BWD_WARPS = 4
-STATE_WARPS = 8
+@torch.library.custom_op("structmat::decay_chunked_fwd", mutates_args=(), schema=_FWD_SCHEMA)
+def _fwd_op(x, log_a, B, C, scale, D, z, initial_state, seq_idx, chunk_size, block_m, warps, save, debug):
+    return forward(x, log_a, B, C, scale, D, z, initial_state, seq_idx, chunk_size, block_m, warps, save, debug)
 
 
-def _state_tiles(N: int, P: int) -> tuple[int, int]:
-    return min(STATE_TILES[0], _pow2(N)), min(STATE_TILES[1], _pow2(P))
+@_fwd_op.register_fake
+def _(x, log_a, B, C, scale, D, z, initial_state, seq_idx, chunk_size, block_m, warps, save, debug):
+    b, T, H, P = x.shape
+    N = B.shape[3]
+    NC = -(-T // chunk_size)
+    out = x.new_empty(b, T, H, P)
+    final = x.new_empty(b, H, P, N, dtype=torch.float32)
+    cst = x.new_empty(b, NC, H, P, N, dtype=torch.float32)
+    slo = x.new_empty(b, NC + 1, H, P, N) if save else x.new_empty(0)
+    ypre = x.new_empty(b, T, H, P) if (save and z is not None) else x.new_empty(0)
+    return out, final, cst, slo, ypre
 
 
-def _precision(dtype: torch.dtype) -> str:
-    return "ieee" if dtype in (torch.float32, torch.float64) else "tf32"
+@torch.library.custom_op("structmat::decay_chunked_bwd", mutates_args=(), schema=_BWD_SCHEMA)
+def _bwd_op(dout, dfinal, x, log_a, B, C, scale, D, z, seq_idx, states_lo, y_pre, has_init, chunk_size, block_m,
+            warps, debug):
+    return backward(dout, dfinal, x, log_a, B, C, scale, D, z, seq_idx, states_lo, y_pre, has_init, chunk_size,
+                     block_m, warps, debug)
 
 
-def _seq_args(seq_idx, like):
-    if seq_idx is None:
-        return like, 0, 0
-    return seq_idx, seq_idx.stride(0), seq_idx.stride(1)
+@_bwd_op.register_fake
+def _(dout, dfinal, x, log_a, B, C, scale, D, z, seq_idx, states_lo, y_pre, has_init, chunk_size, block_m, warps,
+      debug):
+    b, T, H, P = x.shape
+    N = B.shape[3]
+    e = log_a.new_empty(0)
+    bth = lambda: log_a.new_empty(b, H, T).transpose(1, 2)  # noqa: E731  (written as (b, h, T) rows)
+    return (x.new_empty(x.shape), bth(), B.new_empty(B.shape), C.new_empty(C.shape),
+            bth() if scale is not None else e,
+            D.new_empty(D.shape) if D is not None else e,
+            z.new_empty(z.shape) if z is not None else e,
+            log_a.new_empty(b, H, P, N) if has_init else e)
 
 
-def run_states(x, dt, A, B, init, seq_idx, chunk, *, reverse=False, write_cs=True, out=None, dt_is_dA=False):
-    """States entering each chunk ``(b, c, h, n, p)``, the last state ``(b, h, p, n)`` (fp32) and
-    chunk-local cumulative ``dt A`` ``(b, h, l)`` (fp32). The per-chunk states are kept in the input
-    dtype for 16-bit inputs: they only feed 16-bit tensor-core dots, and it halves their traffic.
-    ``out``: optional ``(states, final, cs)`` buffers to write into (tests poison them with NaN)."""
-    b, L, H, P = x.shape
+def _setup_context(ctx, inputs, output):
+    x, log_a, B, C, scale, D, z, init, seq_idx, chunk_size, block_m, warps, save, debug = inputs
+    out, final, cst, slo, ypre = output
+    ctx.mark_non_differentiable(cst, slo, ypre)
+    ctx.set_materialize_grads(False)  # no zero tensors for the outputs that get no gradient
+    ctx.save_for_backward(x, log_a, B, C, scale, D, z, seq_idx, slo, ypre)
+    ctx.meta = (init is not None, init.dtype if init is not None else None, chunk_size, block_m, list(warps), debug)
+
+
+def _backward_rule(ctx, dout, dfinal, dcst, dslo, dypre):
+    x, log_a, B, C, scale, D, z, seq_idx, slo, ypre = ctx.saved_tensors
+    has_init, init_dtype, chunk, bm, warps, debug = ctx.meta
+    if slo.numel() == 0:
+        raise RuntimeError("decay_chunked_triton: the forward ran without saving states for the backward")
+    if dout is None:
+        dout = torch.zeros_like(x)
+    dx, dla, dB, dC, ds, dD, dz, dinit = _bwd_op(dout, dfinal, x, log_a, B, C, scale, D, z, seq_idx, slo, ypre,
+                                                  has_init, chunk, bm, warps, debug)
+    return (dx, dla, dB, dC, ds if scale is not None else None, dD if D is not None else None,
+            dz if z is not None else None, dinit.to(init_dtype) if has_init else None,
+            None, None, None, None, None, None)
+
+
+_fwd_op.register_autograd(_backward_rule, setup_context=_setup_context)
+
+
+# ---- public function ---------------------------------------------------------------------------
+
+def _check(x, log_a, B, C, scale, D, z, initial_state, seq_idx, chunk_size):
+    if x.dim() != 4:
+        raise ValueError(f"x must have shape (batch, seqlen, nheads, headdim); got {tuple(x.shape)}")
+    b, T, H, P = x.shape
+    if T < 1:
+        raise ValueError("x must have at least one time step")
+    if log_a.shape != (b, T, H):
+        raise ValueError(f"log_a must have shape {(b, T, H)}; got {tuple(log_a.shape)}")
+    if B.dim() != 4 or B.shape[:2] != (b, T) or C.shape != B.shape:
+        raise ValueError(f"B and C must have shape ({b}, {T}, ngroups, dstate); got {tuple(B.shape)} and "
+                         f"{tuple(C.shape)}")
     G, N = B.shape[2], B.shape[3]
-    n_chunks = triton.cdiv(L, chunk)
-    if out is None:
-        states_dtype = x.dtype if x.dtype in (torch.bfloat16, torch.float16) else torch.float32
-        states = torch.empty(b, n_chunks, H, N, P, device=x.device, dtype=states_dtype)
-        final = torch.empty(b, H, P, N, device=x.device, dtype=torch.float32)
-        cs = torch.empty(b, H, L, device=x.device, dtype=torch.float32) if write_cs else final
-    else:
-        states, final, cs = out
-    BN, BP = _state_tiles(N, P)
-    seq, sq_b, sq_l = _seq_args(seq_idx, dt)
-    init_t = init if init is not None else final
-    grid = (b * H, triton.cdiv(N, BN), triton.cdiv(P, BP))
-    K.state_kernel[grid](
-        x, dt, A, B, init_t, seq, states, final, cs,
-        L, H, H // G, n_chunks, P, N,
-        *x.stride(), *dt.stride(), *B.stride(),
-        init_t.stride(0), init_t.stride(1), init_t.stride(2), init_t.stride(3),
-        sq_b, sq_l,
-        *states.stride(), *final.stride(),
-        CHUNK=chunk, BLOCK_N=BN, BLOCK_P=BP,
-        HAS_INIT=init is not None, HAS_SEQ=seq_idx is not None, REVERSE=reverse, WRITE_CS=write_cs,
-        DOT_PRECISION=_precision(x.dtype), DT_IS_DA=dt_is_dA, num_warps=STATE_WARPS,
-    )
-    return states, final, (cs if write_cs else None)
-
-
-def _d_args(D, H):
-    if D is None:
-        return None, 0, 0
-    D2 = D if D.dim() == 2 else D[:, None]
-    return D2, D2.stride(0), (D2.stride(1) if D.dim() == 2 else 0)
-
-
-def run_chunk_out(x, dt, cs, B, C, states, D, z, seq_idx, chunk, out=None, dt_is_dA=False):
-    """Outputs like ``x``, written into ``out`` if given."""
-    b, L, H, P = x.shape
-    G, N = B.shape[2], B.shape[3]
-    BM = min(MAX_BLOCK_M, chunk)
-    y = torch.empty_like(x) if out is None else out
-    D2, sD_h, sD_p = _d_args(D, H)
-    seq, sq_b, sq_l = _seq_args(seq_idx, dt)
-    zz = z if z is not None else x
-    grid = (triton.cdiv(L, chunk) * (chunk // BM), b * H)
-    K.chunk_out_kernel[grid](
-        x, dt, cs, B, C, states, D2 if D2 is not None else dt, zz, seq, y,
-        L, H, H // G, P, N,
-        *x.stride(), *dt.stride(), *B.stride(), *C.stride(), *states.stride(),
-        sD_h, sD_p, *zz.stride(), sq_b, sq_l, *y.stride(),
-        CHUNK=chunk, BLOCK_M=BM, BLOCK_N=_pow2(N), BLOCK_P=_pow2(P),
-        HAS_D=D is not None, HAS_Z=z is not None, HAS_SEQ=seq_idx is not None,
-        DOT_PRECISION=_precision(x.dtype), DT_IS_DA=dt_is_dA, num_warps=4,
-    )
-    return y
-
-
-def run_backward(x, dt, A, B, C, D, dy, states, rstates, cs, seq_idx, chunk, out=None, dt_is_dA=False):
-    """``dx, dB, dC, ddt_direct, ddA_partial`` from the forward and adjoint states (``out``: buffers).
-
-    ``ddA_partial`` lacks the pairs that jump over a whole chunk (added by :func:`run_ddA`)."""
-    b, L, H, P = x.shape
-    G, N = B.shape[2], B.shape[3]
-    BM = min(MAX_BLOCK_M, chunk)
-    blocks = triton.cdiv(L, chunk) * (chunk // BM)
-    if out is None:
-        dC = torch.zeros(b, L, G, N, device=x.device, dtype=torch.float32)
-        dB = torch.zeros(b, L, G, N, device=x.device, dtype=torch.float32)
-        ddt = torch.empty(b, H, L, device=x.device, dtype=torch.float32)
-        dda, dx = torch.zeros_like(ddt), torch.empty_like(x)
-    else:
-        dx, dB, dC, ddt, dda = out
-    seq, sq_b, sq_l = _seq_args(seq_idx, dt)
-    hpg = H // G
-    split = max(d for d in range(1, min(HEAD_SPLIT, hpg) + 1) if hpg % d == 0)
-    common = dict(CHUNK=chunk, BLOCK_M=BM, BLOCK_N=_pow2(N), BLOCK_P=_pow2(P), HAS_SEQ=seq_idx is not None,
-                  HEADS_PER_PROGRAM=hpg // split, DOT_PRECISION=_precision(x.dtype), DT_IS_DA=dt_is_dA,
-                  num_warps=BWD_WARPS)
-    K.dc_kernel[(blocks, b * G, split)](
-        x, dy, dt, cs, B, C, states, seq, dC, dda,
-        L, H, H // G, G, P, N,
-        *x.stride(), *dt.stride(), *B.stride(), *C.stride(), *states.stride(), sq_b, sq_l, *dC.stride(),
-        **common,
-    )
-    D2, sD_h, sD_p = _d_args(D, H)
-    K.dx_db_kernel[(blocks, b * G, split)](
-        x, dy, dt, cs, B, C, rstates, D2 if D2 is not None else dt, seq,
-        dx, dB, dda, ddt,
-        L, H, H // G, G, P, N,
-        *x.stride(), *dt.stride(), *B.stride(), *C.stride(), *rstates.stride(),
-        sD_h, sD_p, sq_b, sq_l, *dx.stride(), *dB.stride(),
-        HAS_D=D is not None, **common,
-    )
-    return dx, dB, dC, ddt, dda
-
-
-def chunk_jump_pairs(states, rstates, cs, chunk, L):
-    """``ddA`` of pairs with ``j`` before and ``i`` after chunk ``c``: ``exp(total_c) <g_c, h_c>``, on every ``k`` of it."""
-    b, n_chunks, H = states.shape[:3]
-    last = torch.clamp(torch.arange(1, n_chunks + 1, device=cs.device) * chunk - 1, max=L - 1)
-    total = cs[:, :, last]  # (b, h, c)
-    inner = (states.float() * rstates.float()).sum((-1, -2)).transpose(1, 2)  # (b, h, c)
-    per_chunk = torch.exp(total.clamp(max=0)) * inner
-    return per_chunk.repeat_interleave(chunk, dim=-1)[..., :L]
-
-
-def _whole_chunk(seq_idx, chunk):
-    """``(b, 1, l)``: 1 where a chunk lies inside one sequence with its neighbours (jumping pairs exist)."""
-    b, L = seq_idx.shape
-    n = -(-L // chunk)
-    idx = torch.arange(n, device=seq_idx.device)
-    first = seq_idx[:, idx * chunk]
-    last = seq_idx[:, torch.clamp(idx * chunk + chunk - 1, max=L - 1)]
-    prev = seq_idx[:, torch.clamp(idx * chunk - 1, min=0)]
-    nxt = seq_idx[:, torch.clamp(idx * chunk + chunk, max=L - 1)]
-    ok = (first == last) & (prev == first) & (nxt == last)
-    return ok.repeat_interleave(chunk, dim=-1)[:, None, :L].float()
-
-
-class SSDFunction(torch.autograd.Function):
-    """``(y, final_states) = SSD(x, dt, A, B, C, D, z, initial_states, seq_idx)`` on Triton."""
-
-    @staticmethod
-    def forward(ctx, x, dt, A, B, C, D, z, initial_states, seq_idx, chunk, dt_is_dA=False):
-        states, final, cs = run_states(x, dt, A, B, initial_states, seq_idx, chunk, dt_is_dA=dt_is_dA)
-        y = run_chunk_out(x, dt, cs, B, C, states, D, z, seq_idx, chunk, dt_is_dA=dt_is_dA)
-        ctx.save_for_backward(x, dt, A, B, C, D, z, initial_states, seq_idx)
-        ctx.chunk, ctx.dt_is_dA = chunk, dt_is_dA
-        return y, final
-
-    @staticmethod
-    def backward(ctx, dy, dfinal):
-        x, dt, A, B, C, D, z, init, seq_idx = ctx.saved_tensors
-        chunk, da = ctx.chunk, ctx.dt_is_dA
-        states, final, cs = run_states(x, dt, A, B, init, seq_idx, chunk, dt_is_dA=da)
-        dy = dy.contiguous()
-        dz = None
-        if z is not None:
-            y_pre = run_chunk_out(x, dt, cs, B, C, states, D, None, seq_idx, chunk, dt_is_dA=da).float()
-            zf = z.float()
-            sig = torch.sigmoid(zf)
-            dz = (dy.float() * y_pre * sig * (1 + zf * (1 - sig))).to(z.dtype)
-            dy = (dy.float() * zf * sig).to(x.dtype)
-        dfin = dfinal.contiguous() if dfinal is not None else None
-        rstates, dinit, _ = run_states(dy, dt, A, C, dfin, seq_idx, chunk, reverse=True, write_cs=False, dt_is_dA=da)
-        dx, dB, dC, ddt_direct, dda = run_backward(x, dt, A, B, C, D, dy, states, rstates, cs, seq_idx, chunk,
-                                                   dt_is_dA=da)
-        if seq_idx is None:
-            dda += chunk_jump_pairs(states, rstates, cs, chunk, x.shape[1])
-        else:
-            dda += chunk_jump_pairs(states, rstates, cs, chunk, x.shape[1]) * _whole_chunk(seq_idx, chunk)
-        ddA = dda.transpose(1, 2)  # (b, l, h)
-        if da:  # dt carried the log decays: their gradient is ddA, and A played no part
-            ddt, dA = ddA, torch.zeros_like(A)
-        else:
-            ddt = ddt_direct.transpose(1, 2) + ddA * A.float()
-            dA = (ddA * dt.float()).sum((0, 1))
-        dD = None
-        if D is not None:
-            prod = (dy.float() * x.float()).sum((0, 1))
-            dD = (prod if D.dim() == 2 else prod.sum(-1)).to(D.dtype)
-        dinit = dinit.to(init.dtype) if init is not None else None
-        return dx, ddt.to(dt.dtype), dA.to(A.dtype), dB.to(B.dtype), dC.to(C.dtype), dD, dz, dinit, None, None, None
-
-
-def ssd_triton(x, dt, A, B, C, chunk, D=None, z=None, initial_states=None, seq_idx=None, dt_is_dA=False):
-    """Triton SSD on processed ``dt`` (fp32); returns ``(y, final_states (b, h, p, n) fp32)``.
-
-    With ``dt_is_dA`` the ``dt`` tensor holds log decays ``(b, l, h)`` (<= 0, finite) directly and
-    inputs are not scaled: the 1-SS structured masked attention of a ``OneSS`` mask."""
-    x, B, C = x.contiguous(), B.contiguous(), C.contiguous()
-    dt = dt.float().contiguous()
-    A = A.float().contiguous()
-    z = z.contiguous() if z is not None else None
-    D = D.contiguous() if D is not None else None
-    init = initial_states.float().contiguous() if initial_states is not None else None
-    seq = seq_idx.to(torch.int32).contiguous() if seq_idx is not None else None
-    return SSDFunction.apply(x, dt, A, B, C, D, z, init, seq, chunk, dt_is_dA)
+    if G < 1 or H % G:
+        raise ValueError(f"nheads={H} must be a multiple of ngroups={G}")
+    if scale is not None and scale.shape != (b, T, H):
+        raise ValueError(f"scale must have shape {(b, T, H)}; got {tuple(scale.shape)}")
+    if D is not None and D.shape not in ((H,), (H, P)):
+        raise ValueError(f"D must have shape ({H},) or ({H}, {P}); got {tuple(D.shape)}")
+    if z is not None and z.shape != x.shape:
+        raise ValueError(f"z must have the shape of x {tuple(x.shape)}; got {tuple(z.shape)}")
+    if initial_state is not None and initial_state.shape != (b, H, P, N):
+        raise ValueError(f"initial_state must have shape {(b, H, P, N)}; got {tuple(initial_state.shape)}")
+    if seq_idx is not None and seq_idx.shape != (b, T):
+        raise ValueError(f"seq_idx must have shape {(b, T)}; got {tuple(seq_idx.shape)}")
+    if not (16 <= chunk_size <= 256) or chunk_size & (chunk_size - 1):
+        raise ValueError(f"chunk_size must be a power of two in [16, 256]; got {chunk_size}")
+    if x.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        raise TypeError(f"x must be float32, bfloat16 or float16; got {x.dtype}")
+    for name, t in (("log_a", log_a), ("B", B), ("C", C), ("scale", scale), ("D", D), ("z", z),
+                    ("initial_state", initial_state), ("seq_idx", seq_idx)):
+        if t is not None and t.device != x.device:
+            raise ValueError(f"{name} is on {t.device} but x is on {x.device}")
 
 
 def decay_chunked_triton(x, log_a, B, C, *, scale=None, D=None, z=None, initial_state=None, seq_idx=None,
-                         chunk_size=256, return_chunk_states=False):
-    """The chunked-decay primitive on the Triton kernels (log decays finite and <= 0)."""
-    chunk = min(256, max(16, 1 << (int(chunk_size) - 1).bit_length()))
-    xin = x if scale is None else (x * scale[..., None]).to(x.dtype)
-    fuse = scale is None
-    y, final = ssd_triton(xin, log_a, torch.zeros(x.shape[2], device=x.device), B, C, chunk,
-                          D=D if fuse else None, z=z if fuse else None, initial_states=initial_state,
-                          seq_idx=seq_idx, dt_is_dA=True)
-    if not fuse:
-        if D is not None:
-            y = y + (x * (D if D.dim() == 2 else D[:, None])).to(y.dtype)
-        if z is not None:
-            y = (y.float() * torch.nn.functional.silu(z.float())).to(x.dtype)
-    if not return_chunk_states:
-        return y, final
-    with torch.no_grad():
-        states = run_states(xin.contiguous(), log_a.float().contiguous(), torch.zeros(x.shape[2], device=x.device),
-                            B.contiguous(), None if initial_state is None else initial_state.float().contiguous(),
-                            None if seq_idx is None else seq_idx.to(torch.int32).contiguous(), chunk,
-                            dt_is_dA=True)[0].transpose(-1, -2)
-    return y, final, states
+                         chunk_size=256, return_chunk_states=False, config=None):
+    """The decay recurrence of the module docstring on Triton kernels.
+
+    Parameters
+    ----------
+    x : ``(batch, T, H, P)`` float32 / bfloat16 / float16.
+    log_a : ``(batch, T, H)`` log decays, finite and ``<= 0`` (not checked: the caller guarantees
+        it; ``log_a[:, 0]`` decays ``initial_state``). Computed in float32.
+    B, C : ``(batch, T, G, N)``, ``H % G == 0``.
+    scale : ``(batch, T, H)`` or None (inputs unscaled).
+    D : ``(H,)`` or ``(H, P)`` skip term; z : like ``x``, gate ``out = y * silu(z)``.
+    initial_state : ``(batch, H, P, N)``; seq_idx : ``(batch, T)`` non-decreasing ints.
+    chunk_size : power of two in ``[16, 256]`` (changes rounding only).
+    return_chunk_states : also return the states entering every chunk, ``(batch, n_chunks, H, P, N)``
+        float32 (constants for autograd: no gradient flows through them).
+    config : :class:`DecayTritonConfig`, optional tile knobs (tests).
+
+    Returns
+    -------
+    ``(out, final_state)`` or ``(out, final_state, chunk_states)``: ``out`` in ``x.dtype``, the states
+    float32 ``(batch, H, P, N)``. Gradients reach ``x, log_a, B, C, scale, D, z, initial_state``.
+    """
+    _check(x, log_a, B, C, scale, D, z, initial_state, seq_idx, chunk_size)
+    bm, warps, debug = resolve(config, chunk_size, B.shape[3])
+    out_dtype = x.dtype
+    if not x.is_cuda and x.dtype != torch.float32:  # the interpreter: its 16-bit dot is not exact
+        x, B, C = x.float(), B.float(), C.float()
+        z = z.float() if z is not None else None
+    B, C = B.to(x.dtype), C.to(x.dtype)
+    log_a = log_a.float().contiguous()
+    scale = scale.float().contiguous() if scale is not None else None
+    initial_state = initial_state.float() if initial_state is not None else None
+    seq_idx = seq_idx.to(torch.int32).contiguous() if seq_idx is not None else None
+    tensors = (x, log_a, B, C, scale, D, z, initial_state)
+    save = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+    out, final, cst, _, _ = _fwd_op(x, log_a, B, C, scale, D, z, initial_state, seq_idx, chunk_size, bm, warps, save,
+                                    debug)
+    out = out.to(out_dtype)
+    return (out, final, cst) if return_chunk_states else (out, final)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from structmat.core.transitions import Transitions
-from structmat.core.validation import as_tensor, check_finite, trusted_parameters
+from structmat.core.validation import as_tensor, check_finite, finite_checks_enabled, trusted_parameters
 from structmat.linalg.first_order import first_order_scan
 from structmat.linalg.segsum import segsum
 from structmat.linalg.semiseparable import Generators
@@ -125,7 +125,7 @@ class OneSS(SSS):
     def from_decays(cls, a, *, b=None, c=None, dtype: torch.dtype | None = None, device=None) -> OneSS:
         """From decays ``a >= 0`` of shape ``(*, T)``; ``a_t = 0`` gives exact zeros."""
         a = as_tensor(a, "a", dtype=dtype, device=device)
-        if a.is_complex() or bool((a < 0).any()):
+        if a.is_complex() or (finite_checks_enabled() and bool((a < 0).any())):
             raise ValueError("a must be real and >= 0 (use SSS for signed or complex transitions)")
         check_finite(a, "a")
         return cls(safe_log(a), b=b, c=c)._with_decays(a)
@@ -140,7 +140,7 @@ class OneSS(SSS):
         """RetNet decay ``gamma**(j - i)``; ``gamma`` a scalar or a tensor of shape ``(*,)`` in ``[0, 1]``."""
         g = as_tensor(gamma, "gamma", dtype=dtype, device=device)
         check_finite(g, "gamma")
-        if bool((g < 0).any()):
+        if finite_checks_enabled() and bool((g < 0).any()):
             raise ValueError("gamma must be >= 0")
         return cls(safe_log(g)[..., None].expand(*g.shape, T))
 

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from structmat.core.validation import skip_finite_checks
 from structmat.nn.norm import GatedRMSNorm
 from structmat.ssd import ssd
 
@@ -106,8 +107,9 @@ class Hydra(nn.Module):
     def _pass(self, x, dt, B, C, seq_idx, init):
         """One direction: the SSD of ``(x, dt, B, C)``, each output moved one step later."""
         A = -torch.exp(self.A_log.to(torch.promote_types(self.A_log.dtype, torch.float32)))
-        y = ssd(x, dt, A, B, C, self.chunk_size, dt_bias=self.dt_bias, initial_states=init, seq_idx=seq_idx,
-                dt_softplus=True, dt_limit=self.dt_limit)
+        with skip_finite_checks():  # decays exp(-softplus(.) exp(.)) <= 1 by construction: no host sync
+            y = ssd(x, dt, A, B, C, self.chunk_size, dt_bias=self.dt_bias, initial_states=init, seq_idx=seq_idx,
+                    dt_softplus=True, dt_limit=self.dt_limit)
         return _shift(y, seq_idx)
 
     def forward(self, u: torch.Tensor, seq_idx: torch.Tensor | None = None) -> torch.Tensor:

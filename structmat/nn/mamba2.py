@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from structmat.core.validation import skip_finite_checks
 from structmat.nn.conv import causal_conv1d, conv_step, last_inputs
 from structmat.nn.norm import GatedRMSNorm
 from structmat.ssd import ssd, ssd_step
@@ -144,11 +145,12 @@ class Mamba2(nn.Module):
         xBC = self.act(causal_conv1d(xBC, self.conv1d.weight[:, 0], self.conv1d.bias, seq_idx))
         x, B, C = self._ssm_split(xBC)
         heads, groups = (self.nheads, self.headdim), (self.ngroups, self.d_state)
-        y = ssd(x.unflatten(-1, heads), dt, self._A(), B.unflatten(-1, groups),
-                C.unflatten(-1, groups), self.chunk_size, D=self._D(), z=None if self.rmsnorm else z.unflatten(-1, heads),
-                dt_bias=self.dt_bias, seq_idx=seq_idx, cu_seqlens=cu_seqlens, dt_softplus=True, dt_limit=self.dt_limit,
-                return_final_states=ssm_state is not None and cu_seqlens is None,
-                return_varlen_states=ssm_state is not None and cu_seqlens is not None)
+        with skip_finite_checks():  # decays exp(-softplus(.) exp(.)) <= 1 by construction: no host sync
+            y = ssd(x.unflatten(-1, heads), dt, self._A(), B.unflatten(-1, groups), C.unflatten(-1, groups),
+                    self.chunk_size, D=self._D(), z=None if self.rmsnorm else z.unflatten(-1, heads), dt_bias=self.dt_bias,
+                    seq_idx=seq_idx, cu_seqlens=cu_seqlens, dt_softplus=True, dt_limit=self.dt_limit,
+                    return_final_states=ssm_state is not None and cu_seqlens is None,
+                    return_varlen_states=ssm_state is not None and cu_seqlens is not None)
         if ssm_state is not None:
             y, state = y
             ssm_state.copy_(state)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import opt_einsum
 import torch
 
 from structmat.attention.heads import mask_as_bh
@@ -30,6 +29,6 @@ class LowRankOrder(Order):
         U = M.U.expand(Bsz, H, *M.U.shape[-2:])  # (B, H, T, r)
         W = M.V.expand(Bsz, H, *M.V.shape[-2:])  # (B, H, S, r)
         dtype = torch.promote_types(q.dtype, U.dtype)
-        kv = opt_einsum.contract("bshn,bhsr,bshp->bhrnp", k.to(dtype), W.to(dtype), v.to(dtype))
-        return opt_einsum.contract("bthn,bhtr,bhrnp->bthp", q.to(dtype), U.to(dtype), kv) * scale
+        kv = torch.einsum("bshn,bhsr,bshp->bhrnp", k.to(dtype), W.to(dtype), v.to(dtype))
+        return torch.einsum("bthn,bhtr,bhrnp->bthp", q.to(dtype), U.to(dtype), kv) * scale
 

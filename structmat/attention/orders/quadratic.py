@@ -19,6 +19,7 @@ from structmat.matrices.sss import SSS
 __all__ = ["Quadratic", "einsum_flops"]
 
 
+@torch.compiler.assume_constant_result  # shapes in, a number out: torch.compile folds it, no trace of opt_einsum
 def einsum_flops(expr: str, *shapes) -> float:
     """FLOPs of one contraction, as ``opt_einsum.contract_path`` counts them."""
     _, info = opt_einsum.contract_path(expr, *shapes, shapes=True)
@@ -46,6 +47,6 @@ class Quadratic(Order):
         L = mask.to_dense()
         L = L.reshape(*mask_to_bh(mask, q.shape[0], q.shape[2]), *L.shape[-2:])
         dtype = torch.promote_types(q.dtype, L.dtype)
-        scores = opt_einsum.contract("bthn,bshn->bhts", q.to(dtype), k.to(dtype)) * scale
-        return opt_einsum.contract("bhts,bshp->bthp", scores * L.to(dtype), v.to(dtype))
+        scores = torch.einsum("bthn,bshn->bhts", q.to(dtype), k.to(dtype)) * scale
+        return torch.einsum("bhts,bshp->bthp", scores * L.to(dtype), v.to(dtype))
 

@@ -1,0 +1,274 @@
+"""Launchers of the decay kernels: the tile constants (each with its reason), :class:`DecayTritonConfig`,
+the forward launch and the backward's six launches. :mod:`structmat.kernels.decay_triton` wraps them
+in custom ops with their autograd.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+
+from structmat.kernels import decay_triton_bwd as _bwd
+from structmat.kernels import decay_triton_bwd_scan as _scan
+from structmat.kernels import decay_triton_fwd as _fwd
+
+__all__ = ["DecayTritonConfig", "forward", "backward", "resolve"]
+
+# Rows per block inside a chunk. Only the BM x BM diagonal tiles of a chunk are quadratic; between
+# blocks the state is carried in registers. 64 rows is one wgmma tile per warpgroup; see
+# benchmarks/NOTES_ssd.md for the measured alternatives.
+BLOCK_M = 64
+# Warps per program by padded state size N: the fp32 state (N x P) and the block tiles must fit in
+# registers without spills (benchmarks/kernel_resources.py prints the compiler's numbers).
+FWD_WARPS = {16: 4, 32: 4, 64: 4, 128: 4, 256: 8}
+CHAIN_WARPS = {16: 4, 32: 4, 64: 4, 128: 4, 256: 8}
+DC_WARPS = {16: 4, 32: 4, 64: 8, 128: 8, 256: 8}
+DB_WARPS = {16: 4, 32: 4, 64: 4, 128: 8, 256: 8}
+DX_WARPS = {16: 4, 32: 4, 64: 4, 128: 4, 256: 8}
+# Column splits of the (N, P) state in the kernels that carry it (forward, chain, dx): PS programs per
+# (chunk, head), each holding N x P / PS of it, halve the registers at N = 128 for a duplicated C B^T.
+FWD_SPLIT = {16: 1, 32: 1, 64: 1, 128: 2, 256: 2}
+CHAIN_SPLIT = {16: 1, 32: 1, 64: 1, 128: 1, 256: 2}
+DX_SPLIT = {16: 1, 32: 1, 64: 1, 128: 2, 256: 2}
+# The carried fp32 state (forward) and adjoint state (dx) enter their 16-bit products as a high and a low
+# 16-bit part: one more product per block, and their rounding drops out of the output and dx errors.
+SPLIT_STATE = True
+GATE_ROWS = 64  # (t, h) rows per program of the elementwise gate backward
+
+
+class DecayTritonConfig:
+    """Tile knobs of :func:`decay_chunked_triton` (``None``: the module's defaults).
+
+    ``block_m``: rows per block inside a chunk (power of two, 16..chunk); tests lower it to run
+    several blocks per chunk. ``warps``: ``(forward, chain, dC, dB, dx)`` warps per program;
+    ``splits``: ``(forward, chain, dx)`` programs per (chunk, head), each taking ``P / split`` columns.
+    ``debug``: fill every buffer with NaN before the kernels run (an element they fail to write shows)
+    and, after each look-back launch, synchronise and raise if a program gave up waiting. Tests only.
+    """
+
+    __slots__ = ("block_m", "warps", "splits", "debug")
+
+    def __init__(self, block_m: int | None = None, warps: tuple | None = None, splits: tuple | None = None,
+                 debug: bool = False):
+        self.block_m = block_m
+        self.warps = warps
+        self.splits = splits
+        self.debug = debug
+
+    def __repr__(self) -> str:
+        return (f"DecayTritonConfig(block_m={self.block_m}, warps={self.warps}, splits={self.splits}, "
+                f"debug={self.debug})")
+
+
+def _pow2(n: int, low: int = 16) -> int:
+    return max(low, triton.next_power_of_2(n))
+
+
+def _precision(dtype: torch.dtype) -> str:
+    return "ieee" if dtype == torch.float32 else "tf32"
+
+
+def resolve(config, chunk: int, N: int) -> tuple[int, list[int], bool]:
+    cfg = config or DecayTritonConfig()
+    bm = cfg.block_m if cfg.block_m is not None else min(BLOCK_M, chunk)
+    if bm < 16 or bm > chunk or bm & (bm - 1):
+        raise ValueError(f"block_m must be a power of two in [16, chunk_size={chunk}]; got {bm}")
+    bn = _pow2(N)
+    warps = list(cfg.warps) if cfg.warps is not None else [FWD_WARPS[bn], CHAIN_WARPS[bn], DC_WARPS[bn],
+                                                             DB_WARPS[bn], DX_WARPS[bn]]
+    splits = list(cfg.splits) if cfg.splits is not None else [FWD_SPLIT[bn], CHAIN_SPLIT[bn], DX_SPLIT[bn]]
+    return bm, warps + splits, cfg.debug
+
+
+def _alloc(shape, dtype, device, debug):
+    """Uninitialised, or NaN (-1 for integers) with ``debug``: unwritten elements cannot pass unseen."""
+    if not debug:
+        return torch.empty(shape, device=device, dtype=dtype)
+    return torch.full(shape, float("nan") if dtype.is_floating_point else -1, device=device, dtype=dtype)
+
+
+def _split(P, ps):
+    """Column split of the state: ``ps`` programs per head, each ``P / ps`` columns (>= 16)."""
+    while ps > 1 and _pow2(P) // ps < 16:
+        ps //= 2
+    return ps
+
+
+def _d_strides(D):
+    if D is None:
+        return 0, 0
+    return (D.stride(0), D.stride(1)) if D.dim() == 2 else (D.stride(0), 0)
+
+
+def _check_sync(sync, where):
+    if int(sync[1].item()) != 0:
+        raise RuntimeError(f"decay_chunked_triton: a look-back in the {where} kernel gave up waiting")
+
+
+def forward(x, log_a, B, C, scale, D, z, init, seq_idx, chunk, bm, warps, save, debug=False):
+    """``(out, final, chunk_states, states_lo, y_pre)``; the last two are empty unless ``save``."""
+    b, T, H, P = x.shape
+    G, N = B.shape[2], B.shape[3]
+    ps = _split(P, warps[5])  # warps carries the splits after the five warp counts
+    NC = triton.cdiv(T, chunk)
+    dev = x.device
+    out = _alloc((b, T, H, P), x.dtype, dev, debug)
+    final = _alloc((b, H, P, N), torch.float32, dev, debug)
+    cst = _alloc((b, NC, H, P, N), torch.float32, dev, debug)
+    agg = _alloc((b, NC, H, P, N), torch.float32, dev, debug) if NC > 1 else final
+    adec = _alloc((b, NC, H, ps), torch.float32, dev, debug)
+    sync = torch.zeros(2 + b * NC * H * ps, device=dev, dtype=torch.int32)
+    slo = _alloc((b, NC + 1, H, P, N), x.dtype, dev, debug) if save else out.new_empty(0)
+    write_ypre = save and z is not None
+    ypre = _alloc(out.shape, out.dtype, dev, debug) if write_ypre else out.new_empty(0)
+    zz = z if z is not None else x
+    ini = init if init is not None else final
+    sD_h, sD_p = _d_strides(D)
+    _fwd.decay_fwd_kernel[(NC * b * H * ps,)](
+        x, log_a, scale if scale is not None else log_a, B, C, D if D is not None else log_a, zz, ini,
+        seq_idx if seq_idx is not None else log_a,
+        out, ypre if write_ypre else out, cst, slo if save else cst, final, agg, adec, sync,
+        T, H, H // G, NC, b * H, P, N,
+        *log_a.stride(), *x.stride(), *B.stride(), *C.stride(), *zz.stride(), sD_h, sD_p, *ini.stride(),
+        CHUNK=chunk, BM=bm, BN=_pow2(N), BP=_pow2(P) // ps,
+        HAS_SCALE=scale is not None, HAS_D=D is not None, HAS_Z=z is not None, HAS_INIT=init is not None,
+        HAS_SEQ=seq_idx is not None, SAVE_LO=save, WRITE_YPRE=write_ypre, PREC=_precision(x.dtype), PS=ps,
+        SPLIT_STATE=SPLIT_STATE and x.dtype != torch.float32,
+        num_warps=warps[0],
+    )
+    if debug:
+        _check_sync(sync, "forward")
+    return out, final, cst, slo, ypre
+
+
+def _launch_chain(dy, dfinal, log_a, C, seq_idx, slo, has_init, chunk, bm, warp, split=1, debug=False):
+    """Adjoint states ``G_c`` per chunk (input dtype), ``d initial_state`` (fp32 or empty), the
+    chunk-local cumulative log decays ``cs (b, h, T)`` and ``a_c <G_c, h_c>`` per ``(b, c, h)``."""
+    b, T, H, P = dy.shape
+    G, N = C.shape[2], C.shape[3]
+    NC = triton.cdiv(T, chunk)
+    dev = dy.device
+    glo = _alloc((b, NC, H, P, N), C.dtype, dev, debug)
+    dinit = _alloc((b, H, P, N), torch.float32, dev, debug) if has_init else log_a.new_empty(0)
+    ps = _split(P, split)
+    cs = _alloc((b, H, T), torch.float32, dev, debug)
+    jump = _alloc((b, NC, H, ps), torch.float32, dev, debug)
+    g32 = _alloc((b, NC, H, P, N), torch.float32, dev, debug) if NC > 1 else glo
+    agg = _alloc((b, NC, H, P, N), torch.float32, dev, debug) if NC > 1 else glo
+    adec = _alloc((b, NC, H, ps), torch.float32, dev, debug)
+    sync = torch.zeros(2 + b * NC * H * ps, device=dev, dtype=torch.int32)
+    dfin = dfinal if dfinal is not None else glo
+    sf = dfinal.stride() if dfinal is not None else (0, 0, 0, 0)
+    _scan.decay_bwd_chain_kernel[(NC * b * H * ps,)](
+        dy, log_a, C, seq_idx if seq_idx is not None else log_a, dfin, slo, glo, dinit if has_init else glo, cs,
+        jump, g32, agg, adec, sync,
+        T, H, H // G, NC, b * H, P, N,
+        *log_a.stride(), *dy.stride(), *C.stride(), *sf,
+        CHUNK=chunk, BM=bm, BN=_pow2(N), BP=_pow2(P) // ps, HAS_SEQ=seq_idx is not None,
+        HAS_DFINAL=dfinal is not None, WRITE_DINIT=has_init, PREC=_precision(C.dtype), PS=ps, num_warps=warp,
+    )
+    if debug:
+        _check_sync(sync, "backward chain")
+    return glo, dinit, cs, jump
+
+
+def _group_args(x, dy, B, C):
+    return (*x.stride(), *dy.stride(), *B.stride(), *C.stride())
+
+
+def _launch_dc(x, dy, cs, s_ht, B, C, seq_idx, slo, rpart, chunk, bm, warp, debug=False):
+    """``dC`` (its dtype); writes its row sums of ``V`` for ``d log_a`` into ``rpart``."""
+    b, T, H, P = x.shape
+    G, N = B.shape[2], B.shape[3]
+    NC = triton.cdiv(T, chunk)
+    dC = _alloc(C.shape, C.dtype, x.device, debug)
+    _bwd.decay_bwd_dc_kernel[(NC * (chunk // bm), b * G)](
+        x, dy, cs, s_ht if s_ht is not None else cs, B, C, seq_idx if seq_idx is not None else cs, slo,
+        dC, rpart,
+        T, H, H // G, G, b, NC, P, N, *_group_args(x, dy, B, C),
+        CHUNK=chunk, BM=bm, BN=_pow2(N), BP=_pow2(P), HAS_SCALE=s_ht is not None, HAS_SEQ=seq_idx is not None,
+        PREC=_precision(x.dtype), num_warps=warp,
+    )
+    return dC
+
+
+def _launch_db(x, dy, cs, s_ht, B, C, seq_idx, glo, rpart, chunk, bm, warp, debug=False):
+    """``dB`` (its dtype); writes its column sums of ``V`` for ``d log_a`` into ``rpart``."""
+    b, T, H, P = x.shape
+    G, N = B.shape[2], B.shape[3]
+    NC = triton.cdiv(T, chunk)
+    dB = _alloc(B.shape, B.dtype, x.device, debug)
+    _bwd.decay_bwd_db_kernel[(NC * (chunk // bm), b * G)](
+        x, dy, cs, s_ht if s_ht is not None else cs, B, C, seq_idx if seq_idx is not None else cs, glo,
+        dB, rpart,
+        T, H, H // G, G, b, NC, P, N, *_group_args(x, dy, B, C),
+        CHUNK=chunk, BM=bm, BN=_pow2(N), BP=_pow2(P), HAS_SCALE=s_ht is not None, HAS_SEQ=seq_idx is not None,
+        PREC=_precision(x.dtype), num_warps=warp,
+    )
+    return dB
+
+
+def _launch_dx(x, dy, cs, s_ht, B, C, D, seq_idx, glo, chunk, bm, warp, split=1, debug=False):
+    """``dx``, ``d scale`` as ``(split, b, h, T)`` fp32 partials (or empty), ``dD`` partials
+    ``(b, nc, h, p)`` (or empty)."""
+    b, T, H, P = x.shape
+    G, N = B.shape[2], B.shape[3]
+    NC = triton.cdiv(T, chunk)
+    dev = x.device
+    ps = _split(P, split)
+    dx = _alloc((b, T, H, P), x.dtype, dev, debug)
+    ds = _alloc((ps, b, H, T), torch.float32, dev, debug) if s_ht is not None else cs.new_empty(0)
+    dDp = _alloc((b, NC, H, P), torch.float32, dev, debug) if D is not None else cs.new_empty(0)
+    sD_h, sD_p = _d_strides(D)
+    _bwd.decay_bwd_dx_kernel[(NC, b * H * ps)](
+        x, dy, cs, s_ht if s_ht is not None else cs, B, C, D if D is not None else cs,
+        seq_idx if seq_idx is not None else cs, glo, dx, ds if s_ht is not None else cs,
+        dDp if D is not None else cs,
+        T, H, H // G, NC, P, N, *_group_args(x, dy, B, C), sD_h, sD_p,
+        CHUNK=chunk, BM=bm, BN=_pow2(N), BP=_pow2(P) // ps, HAS_SCALE=s_ht is not None, HAS_D=D is not None,
+        HAS_SEQ=seq_idx is not None, PREC=_precision(x.dtype), PS=ps,
+        SPLIT_STATE=SPLIT_STATE and x.dtype != torch.float32, num_warps=warp,
+    )
+    return dx, ds, dDp
+
+
+def _launch_dla(rpart, jump, T, chunk, bm, debug=False):
+    """``d log_a`` as ``(b, h, T)`` fp32 from the per-row sums of ``V``."""
+    b, NC, H, ps = jump.shape
+    dla = _alloc((b, H, T), torch.float32, jump.device, debug)
+    _scan.decay_bwd_dla_kernel[(NC, b * H)](rpart, jump, dla, T, H, b, NC, CHUNK=chunk, BM=bm, PS=ps, num_warps=1)
+    return dla
+
+
+def _gate_backward(dout, z, ypre, debug=False):
+    """``(dy, dz)`` of ``out = y_pre * silu(z)``."""
+    b, T, H, P = dout.shape
+    dy = _alloc((b, T, H, P), ypre.dtype, dout.device, debug)
+    dz = _alloc((b, T, H, P), z.dtype, dout.device, debug)
+    _scan.decay_gate_bwd_kernel[(triton.cdiv(T * H, GATE_ROWS), b)](
+        dout, z, ypre, dy, dz, T, H, P, *dout.stride(), *z.stride(), ROWS=GATE_ROWS, BP=_pow2(P), num_warps=4,
+    )
+    return dy, dz
+
+
+def backward(dout, dfinal, x, log_a, B, C, scale, D, z, seq_idx, slo, ypre, has_init, chunk, bm, warps,
+              debug=False):
+    """``(dx, dlog_a, dB, dC, dscale, dD, dz, dinit)``; absent inputs get (fresh) empty tensors."""
+    b, T, H, P = x.shape
+    NBLK = chunk // bm
+    dy, dz = (dout, log_a.new_empty(0)) if z is None else _gate_backward(dout, z, ypre, debug)
+    glo, dinit, cs, jump = _launch_chain(dy, dfinal, log_a, C, seq_idx, slo, has_init, chunk, bm, warps[1],
+                                         warps[6], debug)
+    s_ht = scale.transpose(1, 2).contiguous() if scale is not None else None  # (b, h, T): rows of a head
+    rpart = _alloc((NBLK + 2, b, H, T), torch.float32, x.device, debug)
+    dC = _launch_dc(x, dy, cs, s_ht, B, C, seq_idx, slo, rpart, chunk, bm, warps[2], debug)
+    dB = _launch_db(x, dy, cs, s_ht, B, C, seq_idx, glo, rpart, chunk, bm, warps[3], debug)
+    dx, ds, dDp = _launch_dx(x, dy, cs, s_ht, B, C, D, seq_idx, glo, chunk, bm, warps[4], warps[7], debug)
+    dla = _launch_dla(rpart, jump, T, chunk, bm, debug).transpose(1, 2)
+    if scale is not None:
+        ds = (ds[0] if ds.shape[0] == 1 else ds.sum(0)).transpose(1, 2)
+    dD = log_a.new_empty(0)
+    if D is not None:
+        dD = dDp.sum((0, 1))
+        dD = (dD if D.dim() == 2 else dD.sum(-1)).to(D.dtype)
+    return dx, dla, dB, dC, ds, dD, dz, dinit

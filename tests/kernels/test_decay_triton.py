@@ -1,0 +1,265 @@
+"""decay_chunked_triton against the step-by-step reference decay_naive (float64), forward and backward.
+
+On a CPU the kernels run under ``TRITON_INTERPRET=1`` (set by the root conftest) on small float32
+shapes; on a GPU the same tests run the compiled kernels, plus bf16 accuracy, a many-chunk look-back
+stress test and ``torch.compile``. Every call runs with ``DecayTritonConfig(debug=True)``: all
+buffers start as NaN, so an output element (or an intermediate one) the kernels fail to write shows
+up as a non-finite value. The long profile (``STRUCTMAT_TEST_PROFILE=long``) adds a longer sweep.
+
+Float64 gradchecks do not apply: the kernels accumulate in float32 whatever the input dtype (the
+interpreter runs the same kernels), so gradients are compared with float64 autograd through
+``decay_naive`` instead, at float32 accuracy.
+"""
+
+import math
+
+import pytest
+import torch
+from conftest import DEV, F64, LONG
+
+from structmat.kernels.decay_naive import decay_naive
+from structmat.kernels.decay_triton import DecayTritonConfig, decay_chunked_triton
+
+OPTIONAL = ("scale", "D", "z", "initial_state")
+
+
+def make(b, T, H, P, G, N, *, seed=0, decay=(-1.0, 0.0), D_shape="hp", device=DEV, dtype=torch.float32):
+    gen = torch.Generator().manual_seed(seed)
+    r = lambda *s: torch.randn(*s, generator=gen, dtype=F64)  # noqa: E731
+    lo, hi = decay
+    t = dict(x=r(b, T, H, P), log_a=lo + (hi - lo) * torch.rand(b, T, H, generator=gen, dtype=F64),
+             B=r(b, T, G, N), C=r(b, T, G, N), scale=torch.rand(b, T, H, generator=gen, dtype=F64) + 0.1,
+             D=r(H, P) if D_shape == "hp" else r(H), z=r(b, T, H, P), initial_state=r(b, H, P, N))
+    keep32 = ("log_a", "scale", "initial_state")
+    return {k: v.to(device=device, dtype=torch.float32 if k in keep32 else dtype) for k, v in t.items()}
+
+
+def rel(a, b):
+    a, b = a.detach().cpu().to(F64), b.detach().cpu().to(F64)
+    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
+
+
+def run_both(t, names, *, seq_idx=None, chunk=32, block_m=None, grads=True, seed=1, splits=None):
+    """Kernel and float64 reference on the same inputs; returns (outs, refs, grads, ref_grads)."""
+    leaves = {k: t[k].clone().requires_grad_(grads) for k in ("x", "log_a", "B", "C", *names)}
+    refs = {k: v.detach().cpu().to(F64).requires_grad_(grads) for k, v in leaves.items()}
+    opt = {k: leaves[k] for k in names}
+    cfg = DecayTritonConfig(block_m=block_m, splits=splits, debug=True)
+    out, fin, cst = decay_chunked_triton(leaves["x"], leaves["log_a"], leaves["B"], leaves["C"], seq_idx=seq_idx,
+                                         chunk_size=chunk, return_chunk_states=True, config=cfg, **opt)
+    seq_ref = None if seq_idx is None else seq_idx.cpu()
+    want, want_fin = decay_naive(refs["x"], refs["log_a"], refs["B"], refs["C"], seq_idx=seq_ref,
+                                 **{k: refs[k] for k in names})
+    assert out.dtype == t["x"].dtype and out.shape == t["x"].shape and fin.dtype == torch.float32
+    assert torch.isfinite(out).all() and torch.isfinite(fin).all() and torch.isfinite(cst).all()
+    g, gr = {}, {}
+    if grads:
+        gen = torch.Generator().manual_seed(seed)
+        gy = torch.randn(out.shape, generator=gen, dtype=F64)
+        gf = torch.randn(fin.shape, generator=gen, dtype=F64)
+        torch.autograd.backward([out, fin], [gy.to(out), gf.to(fin)])
+        torch.autograd.backward([want, want_fin], [gy, gf])
+        g = {k: v.grad for k, v in leaves.items()}
+        gr = {k: v.grad for k, v in refs.items()}
+    return (out, fin, cst), (want, want_fin), g, gr
+
+
+FEATURES = {
+    "plain": ((), None),
+    "all": (OPTIONAL, None),
+    "seq": (("scale", "D", "initial_state"), "seq"),
+}
+
+
+@pytest.mark.parametrize("features", list(FEATURES))
+@pytest.mark.parametrize("block_m", [16, None])
+def test_matches_reference(features, block_m):
+    """T not a multiple of the chunk, G = 2 groups, one or several blocks per chunk."""
+    names, seq = FEATURES[features]
+    t = make(2, 45, 4, 8, 2, 16, seed=3, D_shape="h" if seq else "hp")
+    seq_idx = torch.tensor([[0] * 10 + [1] * 20 + [2] * 15, [5] * 45], device=DEV) if seq else None
+    (out, fin, _), (want, want_fin), g, gr = run_both(t, names, seq_idx=seq_idx, block_m=block_m)
+    assert rel(out, want) < 1e-5 and rel(fin, want_fin) < 1e-5
+    for k in g:
+        assert torch.isfinite(g[k]).all(), k
+        assert rel(g[k], gr[k]) < 2e-5, k
+
+
+def test_column_splits():
+    """The state's columns over two programs (forward, chain, dx), as the defaults do at N = 128."""
+    t = make(2, 40, 4, 32, 2, 16, seed=14)
+    seq_idx = torch.tensor([[0] * 17 + [1] * 23, [0] * 40], device=DEV)
+    (out, fin, _), (want, want_fin), g, gr = run_both(t, OPTIONAL, seq_idx=seq_idx, block_m=16, splits=(2, 2, 2))
+    assert rel(out, want) < 1e-5 and rel(fin, want_fin) < 1e-5
+    for k in g:
+        assert rel(g[k], gr[k]) < 2e-5, k
+
+
+def test_chunk_states_are_the_states_entering_each_chunk():
+    t = make(1, 70, 2, 4, 1, 16, seed=4)
+    chunk = 16
+    _, fin, cst = decay_chunked_triton(t["x"], t["log_a"], t["B"], t["C"], scale=t["scale"],
+                                       initial_state=t["initial_state"], chunk_size=chunk, return_chunk_states=True,
+                                       config=DecayTritonConfig(debug=True))
+    assert cst.shape == (1, 5, 2, 4, 16) and cst.dtype == torch.float32
+    ref = {k: v.cpu().to(F64) for k, v in t.items()}
+    for c in range(5):
+        if c == 0:
+            want = ref["initial_state"]
+        else:
+            sl = slice(0, c * chunk)
+            _, want = decay_naive(ref["x"][:, sl], ref["log_a"][:, sl], ref["B"][:, sl], ref["C"][:, sl],
+                                  scale=ref["scale"][:, sl], initial_state=ref["initial_state"])
+        assert rel(cst[:, c], want) < 1e-5, c
+
+
+@pytest.mark.parametrize("chunk", [64, 128, 256] if (LONG or DEV == "cuda") else [64])
+@pytest.mark.parametrize("decay", [(-1e-7, 0.0), (-200.0, -50.0), (-60.0, 0.0)])
+def test_extreme_decays(chunk, decay):
+    """``dt A`` near 0 (no decay), below -50 (exp underflows to 0), and mixed: finite and accurate."""
+    T = 2 * chunk + 5 if DEV == "cuda" else chunk + 5
+    t = make(1, T, 2, 4, 1, 16, seed=5, decay=decay)
+    if decay[1] == 0.0:
+        t["log_a"][0, : T // 3] = 0.0  # exact zeros too
+    (out, fin, _), (want, want_fin), g, gr = run_both(t, ("scale", "initial_state"), chunk=chunk, block_m=32)
+    assert rel(out, want) < 1e-5 and rel(fin, want_fin) < 1e-5
+    for k in g:
+        assert torch.isfinite(g[k]).all(), k
+        tol = 1e-4 if k == "log_a" else 2e-5  # d log_a sums many pairs; strong decays leave it tiny
+        assert rel(g[k], gr[k]) < tol, k
+
+
+def test_packed_sequences_and_restarts():
+    """Sequences starting on a chunk boundary, mid-chunk, length 1, and one spanning several chunks."""
+    chunk = 16
+    lengths = [16, 5, 1, 40, 3]
+    T = sum(lengths)
+    seq_idx = torch.cat([torch.full((n,), i) for i, n in enumerate(lengths)])[None].to(DEV)
+    t = make(1, T, 2, 4, 1, 16, seed=6)
+    (out, fin, _), (want, want_fin), g, gr = run_both(t, ("scale", "initial_state", "z"), seq_idx=seq_idx, chunk=chunk)
+    assert rel(out, want) < 1e-5 and rel(fin, want_fin) < 1e-5
+    for k in g:
+        assert rel(g[k], gr[k]) < 2e-5, k
+
+
+def test_noncontiguous_inputs_and_no_mutation():
+    gen = torch.Generator().manual_seed(7)
+    b, T, H, P, G, N = 2, 33, 4, 8, 2, 16
+    x = torch.randn(b, H, T, P, generator=gen).to(DEV).transpose(1, 2)  # (b, T, H, P), strided
+    log_a = -torch.rand(b, H, T, generator=gen).to(DEV).transpose(1, 2)
+    BC = torch.randn(b, T, G, 2 * N, generator=gen).to(DEV)
+    B, C = BC[..., :N], BC[..., N:]
+    z = torch.randn(b, T, H, 2 * P, generator=gen).to(DEV)[..., ::2]
+    D = torch.randn(P, H, generator=gen).to(DEV).t()
+    init = torch.randn(b, H, N, P, generator=gen).to(DEV).transpose(-1, -2)
+    before = [v.clone() for v in (x, log_a, B, C, z, D, init)]
+    out, fin = decay_chunked_triton(x, log_a, B, C, D=D, z=z, initial_state=init, chunk_size=16,
+                                    config=DecayTritonConfig(debug=True))
+    want, want_fin = decay_naive(*(v.cpu().double() for v in (x, log_a, B, C)), D=D.cpu().double(),
+                                 z=z.cpu().double(), initial_state=init.cpu().double())
+    assert rel(out, want) < 1e-5 and rel(fin, want_fin) < 1e-5
+    for v, w in zip((x, log_a, B, C, z, D, init), before):
+        assert torch.equal(v, w)
+
+
+def test_gradients_reach_only_given_inputs_and_states_have_no_gradient():
+    t = make(1, 20, 2, 4, 1, 16, seed=8)
+    x = t["x"].requires_grad_()
+    out, fin, cst = decay_chunked_triton(x, t["log_a"], t["B"], t["C"], chunk_size=16, return_chunk_states=True)
+    assert not cst.requires_grad
+    (out.sum() + fin.sum()).backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all()
+
+
+def test_sixteen_bit_inputs():
+    """bf16 in, bf16 out (computed in float32 under the interpreter)."""
+    t = make(1, 40, 2, 8, 1, 16, seed=9, dtype=torch.bfloat16)
+    out, fin = decay_chunked_triton(t["x"], t["log_a"], t["B"], t["C"], scale=t["scale"], chunk_size=16)
+    want, _ = decay_naive(*(t[k].cpu().double() for k in ("x", "log_a", "B", "C")), scale=t["scale"].cpu().double())
+    assert out.dtype == torch.bfloat16 and rel(out, want) < 1e-2
+
+
+def test_errors():
+    t = make(1, 8, 2, 4, 1, 16, device="cpu")
+    x, la, B, C = t["x"], t["log_a"], t["B"], t["C"]
+    with pytest.raises(ValueError, match="log_a must have shape"):
+        decay_chunked_triton(x, la[:, :4], B, C)
+    with pytest.raises(ValueError, match="multiple of ngroups"):
+        decay_chunked_triton(x, la, torch.zeros(1, 8, 3, 16), torch.zeros(1, 8, 3, 16))
+    with pytest.raises(ValueError, match="chunk_size"):
+        decay_chunked_triton(x, la, B, C, chunk_size=48)
+    with pytest.raises(ValueError, match="block_m"):
+        decay_chunked_triton(x, la, B, C, chunk_size=16, config=DecayTritonConfig(block_m=32))
+    with pytest.raises(ValueError, match="initial_state must have shape"):
+        decay_chunked_triton(x, la, B, C, initial_state=torch.zeros(1, 2, 16, 4))
+    with pytest.raises(TypeError, match="x must be"):
+        decay_chunked_triton(x.double(), la, B, C)
+
+
+def test_custom_op_registration():
+    """Schema, fake (meta) implementation and autograd registration of the forward op."""
+    t = make(1, 20, 2, 4, 1, 16, seed=10)
+    args = (t["x"].requires_grad_(), t["log_a"], t["B"], t["C"], t["scale"], None, None, None, None, 16, 16,
+            [4, 4, 4, 4, 4, 1, 1, 1], True, False)
+    torch.library.opcheck(torch.ops.structmat.decay_chunked_fwd.default, args,
+                          test_utils=("test_schema", "test_autograd_registration", "test_faketensor"))
+
+
+@pytest.mark.skipif(not LONG, reason="long sweep: STRUCTMAT_LONG_TESTS=1")
+@pytest.mark.parametrize("seed", range(6))
+def test_random_shapes_long(seed):
+    gen = torch.Generator().manual_seed(100 + seed)
+    pick = lambda xs: xs[torch.randint(len(xs), (1,), generator=gen).item()]  # noqa: E731
+    chunk = pick([16, 32, 64])
+    H, G = pick([(2, 1), (4, 2), (3, 3)])
+    T = int(torch.randint(1, 3 * chunk, (1,), generator=gen))
+    t = make(2, T, H, pick([5, 16]), G, pick([7, 16, 33]), seed=seed)
+    seq_idx = torch.sort(torch.randint(0, 3, (2, T), generator=gen), dim=1).values.to(DEV)
+    (out, fin, _), (want, want_fin), g, gr = run_both(t, OPTIONAL, seq_idx=seq_idx, chunk=chunk, block_m=16)
+    assert rel(out, want) < 1e-5 and rel(fin, want_fin) < 1e-5
+    for k in g:
+        assert rel(g[k], gr[k]) < 5e-5, k
+
+
+# ---- GPU only -----------------------------------------------------------------------------------
+
+gpu = pytest.mark.skipif(DEV != "cuda", reason="needs a GPU")
+
+
+@gpu
+def test_gpu_bf16_accuracy():
+    t = make(2, 1024, 8, 64, 1, 128, seed=11, decay=(-0.3, 0.0), dtype=torch.bfloat16)
+    (out, fin, _), (want, want_fin), g, gr = run_both(t, ("scale", "D"), chunk=256)
+    assert rel(out, want) < 1e-2 and rel(fin, want_fin) < 1e-2
+    for k in g:
+        assert rel(g[k], gr[k]) < 2e-2, k
+
+
+@gpu
+@pytest.mark.parametrize("chunk", [16, 64])
+def test_gpu_lookback_many_chunks(chunk):
+    """Hundreds of chunks per sequence across thousands of programs: the look-back under real concurrency."""
+    t = make(4, 1024, 16, 32, 2, 32, seed=12, decay=(-0.02, 0.0))
+    (out, fin, _), (want, want_fin), g, gr = run_both(t, ("scale", "initial_state"), chunk=chunk, grads=True)
+    assert rel(out, want) < 1e-5 and rel(fin, want_fin) < 1e-5
+    for k in g:
+        assert rel(g[k], gr[k]) < 1e-4, k
+
+
+@gpu
+def test_gpu_torch_compile_fullgraph():
+    t = make(2, 300, 4, 32, 2, 64, seed=13, dtype=torch.bfloat16)
+
+    def f(x, log_a, B, C, scale, D):
+        out, fin = decay_chunked_triton(x, log_a, B, C, scale=scale, D=D, chunk_size=64)
+        return out.float().square().sum() + fin.sum()
+
+    leaves = [t[k].clone().requires_grad_() for k in ("x", "log_a", "B", "C", "scale", "D")]
+    loss = torch.compile(f, fullgraph=True)(*leaves)
+    loss.backward()
+    got = [v.grad.clone() for v in leaves]
+    for v in leaves:
+        v.grad = None
+    f(*leaves).backward()
+    for a, b in zip(got, (v.grad for v in leaves)):
+        assert rel(a, b) < 1e-2 and math.isfinite(a.float().norm().item())
