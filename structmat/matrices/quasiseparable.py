@@ -10,6 +10,7 @@ import torch
 from structmat.core.base import StructuredMatrix
 from structmat.core.validation import as_tensor, broadcast_batch, check_finite
 from structmat.linalg.quasiseparable_lu import quasiseparable_lu
+from structmat.linalg.quasiseparable_solve import quasiseparable_solve
 from structmat.matrices.sss import SSS
 
 __all__ = ["Quasiseparable"]
@@ -121,9 +122,26 @@ class Quasiseparable(StructuredMatrix):
         return SSS(G.A, G.B, G.C, self.diagonal(), lower=False)
 
     def solve(self, Y) -> torch.Tensor:
-        """Solve ``M X = Y`` through the structured inverse."""
+        """Solve ``M X = Y`` for ``Y`` of shape ``(*, T, K)`` or ``(T,)`` (batch dims broadcast).
+
+        A blocked LU on the generators (:mod:`structmat.linalg.quasiseparable_solve`): dense pivoted
+        LUs of ``L x L`` diagonal blocks (``L = 64``), Schur updates through the states between them;
+        ``O(T L (L + n) + T n^2 K)`` work in ``O(T / L)`` Python steps, with the accuracy of a dense
+        LU inside each block. Needs the leading principal submatrices of orders ``L, 2L, ...`` to be
+        nonsingular (:class:`~structmat.SingularMatrixError` otherwise); it does not go through :meth:`inv`.
+
+        Examples
+        --------
+        >>> import torch, structmat as sm
+        >>> M = sm.Quasiseparable.bidirectional(sm.OneSS.decay(0.5, 4), sm.OneSS.decay(0.5, 4))
+        >>> y = torch.tensor([1.0, 2.0, 3.0, 4.0])
+        >>> torch.allclose(M @ M.solve(y), y)
+        True
+        """
         self._check_square("solve()")
-        return self.inv().matmul(Y)
+        M, Y, vector = self._operand(Y, "Y")
+        X = quasiseparable_solve(M.lower_part.generators, M.upper_part.generators, M.diag, Y)
+        return X[..., 0] if vector else X
 
     def lu(self) -> tuple[SSS, SSS]:
         """``M = L U``: unit lower SSS of order ``n_l`` and upper SSS of order ``n_u`` (no pivoting;
