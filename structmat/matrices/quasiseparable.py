@@ -11,6 +11,7 @@ from structmat.core.base import StructuredMatrix
 from structmat.core.validation import as_tensor, broadcast_batch, check_finite
 from structmat.linalg.quasiseparable_lu import quasiseparable_lu
 from structmat.linalg.quasiseparable_solve import quasiseparable_solve
+from structmat.matrices.one_ss import OneSS
 from structmat.matrices.sss import SSS
 
 __all__ = ["Quasiseparable"]
@@ -80,6 +81,58 @@ class Quasiseparable(StructuredMatrix):
         if not (isinstance(forward, SSS) and forward.lower and isinstance(backward, SSS) and backward.lower):
             raise TypeError("forward and backward must be lower SSS/OneSS masks")
         return cls(forward, backward.reverse(), forward.diagonal() if diag is None else diag)
+
+    @classmethod
+    def lion(cls, a, *, b=None, c=None, dtype: torch.dtype | None = None, device=None) -> Quasiseparable:
+        """LION's selective mask from the forward decays ``a (*, T)`` (``a >= 0``; ``a[..., 0]`` is unused):
+
+        ``M[i, j] = c_i (a_{min(i,j)+1} ... a_{max(i,j)}) b_j``, so ``M[i, i] = c_i b_i`` (1 without
+        scalings). The backward direction reuses the same decays: ``M`` is symmetric for ``b = c``.
+
+        Parameters
+        ----------
+        a : array_like, shape ``(*, T)``
+            Decays in ``[0, 1]`` in practice (any ``a >= 0``); ``a_t = 0`` cuts every link across ``t``.
+        b, c : array_like, shape ``(*, T)``, optional
+            Input (column) and output (row) scalings, as in :class:`OneSS`.
+
+        Notes
+        -----
+        Orders ``(1, 1)``; matvec ``O(T K)``. Both triangles share the log decays (segment sums, exact
+        zeros), so no ``flip(roll(a, -1))`` of the decays is needed.
+
+        Examples
+        --------
+        >>> import torch, structmat as sm
+        >>> M = sm.Quasiseparable.lion(torch.tensor([1.0, 0.5, 0.5, 0.0]))
+        >>> M.to_dense()
+        tensor([[1.0000, 0.5000, 0.2500, 0.0000],
+                [0.5000, 1.0000, 0.5000, 0.0000],
+                [0.2500, 0.5000, 1.0000, 0.0000],
+                [0.0000, 0.0000, 0.0000, 1.0000]])
+        """
+        return cls._lion(OneSS.from_decays(a, b=b, c=c, dtype=dtype, device=device))
+
+    @classmethod
+    def lion_decay(cls, gamma, T: int, *, dtype: torch.dtype | None = None, device=None) -> Quasiseparable:
+        """LION's decay (non-selective) mask ``M[i, j] = gamma^|i - j|``; ``gamma`` a scalar or ``(*,)`` (one per
+        head) in ``[0, 1]``. Orders ``(1, 1)``.
+
+        Examples
+        --------
+        >>> import structmat as sm
+        >>> sm.Quasiseparable.lion_decay(0.5, 3).to_dense()
+        tensor([[1.0000, 0.5000, 0.2500],
+                [0.5000, 1.0000, 0.5000],
+                [0.2500, 0.5000, 1.0000]])
+        """
+        return cls._lion(OneSS.decay(gamma, T, dtype=dtype, device=device))
+
+    @classmethod
+    def _lion(cls, forward: OneSS) -> Quasiseparable:
+        # M[i, j] for i < j is c_i prod b_j: the transpose of the lower mask with b and c swapped
+        upper = OneSS(forward.log_a, b=forward.c, c=forward.b, lower=False)
+        return cls(forward, upper, forward.diagonal())
 
     @property
     def order(self) -> tuple[int, int]:
