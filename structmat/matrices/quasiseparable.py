@@ -5,6 +5,8 @@ These are the Hydra and LION masks: ``M = tril(M_F, -1) + triu(J M_B J, 1) + dia
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 
 from structmat.core.base import StructuredMatrix
@@ -21,6 +23,17 @@ def strict_part(M: SSS) -> SSS:
     """The strictly triangular part of ``M``: the same generators with an explicit zero diagonal."""
     G = M.generators.expand(M.batch_shape)
     return SSS(G.A, G.B, G.C, torch.zeros(M.shape[:-1], dtype=M.dtype, device=M.device), lower=M.lower)
+
+
+def _check_part(M, name: str, lower: bool, like: SSS | None = None, like_name: str = "") -> None:
+    """``M`` must be a lower (upper) SSS, square of the size of ``like``."""
+    if not isinstance(M, SSS) or M.lower != lower:
+        got = type(M).__name__ if not isinstance(M, SSS) else f"{'a lower' if M.lower else 'an upper'} {type(M).__name__}"
+        want = "a lower SSS or OneSS" if lower else "an upper SSS or OneSS (lower=False, e.g. M.T)"
+        raise TypeError(f"{name} must be {want}; got {got}")
+    if like is not None and M.shape[-1] != like.shape[-1]:
+        T = like.shape[-1]
+        raise ValueError(f"{name} must have shape (*, {T}, {T}) like {like_name}; got {tuple(M.shape)}")
 
 
 class Quasiseparable(StructuredMatrix):
@@ -53,17 +66,18 @@ class Quasiseparable(StructuredMatrix):
     """
 
     def __init__(self, lower: SSS, upper: SSS, diag):
-        if not isinstance(lower, SSS) or not lower.lower:
-            raise TypeError("lower must be a lower SSS or OneSS")
-        if not isinstance(upper, SSS) or upper.lower:
-            raise TypeError("upper must be an upper SSS or OneSS (lower=False, e.g. M.T)")
-        if lower.shape[-1] != upper.shape[-1]:
-            raise ValueError(f"lower and upper must have the same T; got {lower.shape[-1]} and {upper.shape[-1]}")
+        _check_part(lower, "lower", True)
+        _check_part(upper, "upper", False, lower, "lower")
         d = as_tensor(diag, "diag", device=lower.device)
         if d.dim() < 1 or d.shape[-1] != lower.shape[-1]:
             raise ValueError(f"diag must have shape (*, T) with T={lower.shape[-1]}; got {tuple(d.shape)}")
         check_finite(d, "diag")
-        batch = broadcast_batch(("lower", lower.batch_shape), ("upper", upper.batch_shape), ("diag", d.shape[:-1]))
+        try:
+            batch = broadcast_batch(("lower", lower.batch_shape), ("upper", upper.batch_shape), ("diag", d.shape[:-1]))
+        except ValueError as err:
+            raise ValueError(f"batch shapes do not broadcast: lower {tuple(lower.shape)}, upper {tuple(upper.shape)}, "
+                             f"diag {tuple(d.shape)} (expected (*, T, T), (*, T, T) and (*, T) with batch dims * "
+                             "that broadcast)") from err
         dtype = torch.promote_types(torch.promote_types(lower.dtype, upper.dtype), d.dtype)
         self.lower_part = strict_part(lower.to(dtype))
         self.upper_part = strict_part(upper.to(dtype))
@@ -78,8 +92,8 @@ class Quasiseparable(StructuredMatrix):
         With ``J`` the reversal the strictly-upper part is that of ``J M_B J``; ``diag=None`` keeps
         the diagonal of ``forward`` (for unit diagonals ``M = M_F + J M_B J - I``).
         """
-        if not (isinstance(forward, SSS) and forward.lower and isinstance(backward, SSS) and backward.lower):
-            raise TypeError("forward and backward must be lower SSS/OneSS masks")
+        _check_part(forward, "forward", True)
+        _check_part(backward, "backward", True, forward, "forward")
         return cls(forward, backward.reverse(), forward.diagonal() if diag is None else diag)
 
     @classmethod
@@ -111,7 +125,14 @@ class Quasiseparable(StructuredMatrix):
                 [0.2500, 0.5000, 1.0000, 0.0000],
                 [0.0000, 0.0000, 0.0000, 1.0000]])
         """
-        return cls._lion(OneSS.from_decays(a, b=b, c=c, dtype=dtype, device=device))
+        a = as_tensor(a, "a", dtype=dtype, device=device)
+        if a.dim() < 1:
+            raise ValueError("a must have shape (*, T); got a scalar")
+        for name, x in (("b", b), ("c", c)):
+            shape = None if x is None else tuple(as_tensor(x, name).shape)
+            if shape is not None and (len(shape) != a.dim() or shape[-1:] != a.shape[-1:]):
+                raise ValueError(f"{name} must have shape (*, T) like a {tuple(a.shape)}; got {shape}")
+        return cls._lion(OneSS.from_decays(a, b=b, c=c))
 
     @classmethod
     def lion_decay(cls, gamma, T: int, *, dtype: torch.dtype | None = None, device=None) -> Quasiseparable:
@@ -126,6 +147,8 @@ class Quasiseparable(StructuredMatrix):
                 [0.5000, 1.0000, 0.5000],
                 [0.2500, 0.5000, 1.0000]])
         """
+        if not isinstance(T, numbers.Integral) or isinstance(T, bool) or T < 0:
+            raise ValueError(f"T must be a non-negative integer; got {T!r}")
         return cls._lion(OneSS.decay(gamma, T, dtype=dtype, device=device))
 
     @classmethod

@@ -176,3 +176,34 @@ def test_lion_decay_constructor_and_gradients():
         sm.Quasiseparable.lion(torch.rand(4), b=torch.ones(5))
     with pytest.raises(ValueError, match="gamma must be >= 0"):
         sm.Quasiseparable.lion_decay(-0.5, 4)
+
+
+def test_bad_input_names_the_argument_and_the_expected_shape():
+    O = sm.OneSS
+    with pytest.raises(ValueError, match=r"upper must have shape \(\*, 3, 3\) like lower; got \(4, 4\)"):
+        sm.Quasiseparable(O.causal(3), O.causal(4).T, torch.ones(3))
+    with pytest.raises(ValueError, match=r"diag must have shape \(\*, T\) with T=3; got \(4,\)"):
+        sm.Quasiseparable(O.causal(3), O.causal(3).T, torch.ones(4))
+    with pytest.raises(ValueError, match=r"batch shapes .*broadcast.*lower \(2, 3, 3\), upper \(3, 3, 3\), diag \(3,\)"):
+        sm.Quasiseparable(O(torch.zeros(2, 3)), O(torch.zeros(3, 3)).T, torch.ones(3))
+    with pytest.raises(ValueError, match=r"diag \(4, 3\)"):
+        sm.Quasiseparable(O(torch.zeros(2, 3)), O(torch.zeros(2, 3)).T, torch.ones(4, 3))
+    with pytest.raises(TypeError, match="lower must be a lower SSS or OneSS; got Tensor"):
+        sm.Quasiseparable(torch.ones(3, 3), O.causal(3).T, torch.ones(3))
+    with pytest.raises(ValueError, match=r"backward must have shape \(\*, 3, 3\) like forward; got \(4, 4\)"):
+        sm.Quasiseparable.bidirectional(O.causal(3), O.causal(4))
+    with pytest.raises(TypeError, match="backward must be a lower SSS or OneSS; got Tensor"):
+        sm.Quasiseparable.bidirectional(O.causal(3), torch.ones(3, 3))
+    with pytest.raises(ValueError, match=r"a must have shape \(\*, T\); got a scalar"):
+        sm.Quasiseparable.lion(torch.tensor(0.5))
+    with pytest.raises(ValueError, match=r"b must have shape \(\*, T\) like a \(3,\); got \(2, 3\)"):
+        sm.Quasiseparable.lion(torch.rand(3), b=torch.ones(2, 3))
+    with pytest.raises(ValueError, match="T must be a non-negative integer"):
+        sm.Quasiseparable.lion_decay(0.5, -1)
+    Q = sm.Quasiseparable.lion(torch.rand(3))
+    with pytest.raises(ValueError, match=r"Y has shape \(4,\); expected \(3,\)"):
+        Q.solve(torch.ones(4))
+    with pytest.raises(ValueError, match=r"Y has shape \(2, 4, 1\); expected \(\*, 3, K\)"):
+        Q.solve(torch.ones(2, 4, 1))
+    with pytest.raises(ValueError, match=r"batch shapes do not broadcast: matrix \(2,\), Y \(3,\)"):
+        sm.Quasiseparable.lion(torch.rand(2, 3)).solve(torch.ones(3, 3, 1))
