@@ -1,135 +1,61 @@
-"""Blocked solve of quasiseparable systems ``M X = Y``: a block LU with dense, pivoted work inside blocks.
+"""Solving quasiseparable systems ``M X = Y`` on the generators: two chunked algorithms, pivoting inside chunks.
 
-Cut the sequence into ``m`` chunks of ``L``. In chunk coordinates ``M`` is block quasiseparable with
-the same orders: dense ``L x L`` diagonal blocks ``M_cc``, strictly-lower blocks
-``M_cd = W_c P_{c-1} ... P_{d+1} R_d^T`` (``W_c`` maps the state entering chunk ``c`` to its
-outputs, ``R_d`` the inputs of chunk ``d`` to the state leaving it, ``P_c`` is the chunk's
-transition) and strictly-upper blocks of the same form for ``M^T`` (``Wu, Ru, Pu``). The
-Eidelman-Gohberg recurrence of :mod:`structmat.linalg.quasiseparable_lu` runs on blocks, with the
-forward substitution folded in (Schur state ``F`` and forward state ``sigma``, both ``0`` at the start)::
+Cut the sequence into ``m`` chunks of ``L`` (:mod:`structmat.linalg.quasiseparable_chunks`). In chunk
+coordinates ``M`` has dense ``L x L`` diagonal blocks ``M_cc``, strictly-lower blocks
+``M_cd = W_c P_{c-1} ... P_{d+1} R_d^T`` and strictly-upper blocks of the same form for ``M^T``
+(``Wu, Ru, Pu``). With ``s_c`` the lower state entering chunk ``c`` and ``t_c`` the upper one,
+chunk ``c`` of ``M x = y`` reads ``M_cc x_c + W_c s_c + Ru_c t_c = y_c``.
+
+**Reduced** (a SPIKE-style reduction to the states at the chunk boundaries). All chunks at once, one
+batched pivoted LU gives ``[g_c, G_c, H_c] = M_cc^{-1} [y_c, W_c, Ru_c]``, so
+``x_c = g_c - G_c s_c - H_c t_c``; the state recurrences become a linear system in the
+``(m - 1)(n_l + n_u)`` boundary states, solved densely with pivoting::
+
+    s_{c+1} = (P_c - R_c^T G_c) s_c - R_c^T H_c t_c + R_c^T g_c          s_0 = 0
+    t_{c-1} = (Pu_c^T - Wu_c^T H_c) t_c - Wu_c^T G_c s_c + Wu_c^T g_c    t_{m-1} = 0
+
+No Python loop over time; work ``O(T L^2 + T n^2 K + (T n / L)^3)``. Needs nonsingular diagonal blocks.
+
+**Blocked LU** (Eidelman and Gohberg's recurrence of :mod:`structmat.linalg.quasiseparable_lu` on
+blocks, the forward substitution folded in; Schur state ``F`` and forward state ``sigma``, 0 at the start)::
 
     Delta_c = M_cc - W_c F Wu_c^T                     (LU with partial pivoting)
     [Y_c, zeta_c] = Delta_c^{-1} [Ru_c - W_c F Pu_c^T, y_c - W_c sigma]
     [F, sigma] <- P_c [F Pu_c^T, sigma] + (R_c^T - P_c F Wu_c^T) [Y_c, zeta_c]
 
-then the backward substitution ``x_c = zeta_c - Y_c tau``, ``tau <- Pu_c^T tau + Wu_c^T x_c`` from
-``tau = 0`` (backwards over the chunks). Work ``O(T L (L + n) + T n^2 K)`` in ``O(T / L)`` Python
-steps; the blocks' LUs pivot, so only the leading principal submatrices of orders ``L, 2L, ...``
-must be nonsingular, and inside a block the solve is as accurate as a dense LU.
+then ``x_c = zeta_c - Y_c tau``, ``tau <- Pu_c^T tau + Wu_c^T x_c`` backwards from ``tau = 0``. Work
+``O(T L (L + n) + T n^2 K)`` in ``O(T / L)`` Python steps; needs the leading principal submatrices of
+orders ``L, 2L, ...`` nonsingular.
 
-The diagonal blocks and chunk maps come from the generators without a loop over time for scalar and
-diagonal transitions (masked cumulative products inside a block: no ratios, no ``exp``), and in
-``L`` batched steps (all chunks at once) for dense ones.
+Inside a chunk either is as accurate as a dense LU. ``method="auto"`` takes the reduced solve with the
+shortest chunk of :data:`REDUCED_BLOCKS` whose boundary system has at most :data:`REDUCED_MAX` unknowns,
+else (long sequences) the blocked LU with chunks of :data:`SOLVE_BLOCK`; a singular diagonal block
+sends the reduced solve to the blocked LU.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from structmat.core.transitions import Transitions
 from structmat.core.validation import SingularMatrixError
+from structmat.linalg.quasiseparable_chunks import ChunkSide, chunk, chunk_sides, strictly_lower
 from structmat.linalg.semiseparable import Generators
 
-__all__ = ["ChunkSide", "chunk_side", "quasiseparable_solve", "SOLVE_BLOCK", "SEGMENT_BUDGET"]
+__all__ = ["quasiseparable_solve", "SOLVE_BLOCK", "REDUCED_BLOCKS", "REDUCED_MAX"]
 
-#: Chunk length of the blocked solve. Each chunk costs about ten small tensor operations (a fixed
-#: cost on the CPU) plus an ``L x L`` LU and ``O(L^2 N)`` work to build its block; 64 keeps the LU
-#: near the fixed cost.
+#: Chunk length of the blocked LU. Each chunk costs about ten small tensor operations and an ``L x L``
+#: LAPACK call (a fixed cost each on the CPU) plus ``O(L^2 N)`` work to build its block; 64 keeps the
+#: LU near the fixed cost.
 SOLVE_BLOCK = 64
 
-#: Elements of the ``(state, L, L)`` segment-product tensors built at once for the diagonal blocks of
-#: diagonal transitions (about 128 MB in float64); larger state sizes are taken in slices.
-SEGMENT_BUDGET = 1 << 24
+#: Chunk lengths of the reduced solve, shortest first: its diagonal blocks go through one batched LU,
+#: so short chunks cost little there, and the ``O(T L N)`` work to build the blocks shrinks with ``L``.
+REDUCED_BLOCKS = (16, 32, 64)
 
-
-@dataclass(frozen=True)
-class ChunkSide:
-    """One triangle of a quasiseparable matrix in chunks: the strictly-lower diagonal blocks
-    ``(*, m, L, L)`` of its lower SSS, ``W`` and ``R`` ``(*, m, L, N)``, dense ``P`` ``(*, m, N, N)``."""
-
-    blocks: torch.Tensor
-    W: torch.Tensor
-    R: torch.Tensor
-    P: torch.Tensor
-
-
-def _chunks(t: torch.Tensor, tail: int, m: int, L: int, fill: float = 0.0) -> torch.Tensor:
-    """``(*, T, ...)`` (time ``tail`` dims from the end) padded with ``fill`` to ``m L`` and cut into ``(*, m, L, ...)``."""
-    axis = t.dim() - tail
-    pad = m * L - t.shape[axis]
-    if pad:
-        shape = list(t.shape)
-        shape[axis] = pad
-        t = torch.cat([t, t.new_full(shape, fill)], dim=axis)
-    return t.reshape(*t.shape[:axis], m, L, *t.shape[axis + 1 :])
-
-
-def _segment_products(a: torch.Tensor) -> torch.Tensor:
-    """``out[..., i, j] = a[..., j+1] ... a[..., i]`` for ``i > j`` (1 elsewhere) from ``a (*, L)``: a masked
-    cumulative product down each column. Every entry is its own product of at most ``L`` factors (no
-    ratio), so zeros stay exact and no ``exp``/``log`` of ``L^2`` entries is needed."""
-    L = a.shape[-1]
-    below = torch.ones(L, L, dtype=torch.bool, device=a.device).tril(-1)
-    return torch.cumprod(torch.where(below, a[..., :, None], torch.ones((), dtype=a.dtype, device=a.device)), dim=-2)
-
-
-def _step_diagonals(A: Transitions, B: torch.Tensor) -> torch.Tensor | None:
-    """``(*, T, 1)`` for one scalar per step (decays or signed scalars), ``(*, T, N)`` for diagonal
-    transitions, None for dense ones."""
-    a = A.actual()
-    return a[..., None] if a.dim() == B.dim() - 1 else A.diagonals(B.shape[-1])
-
-
-def _diagonal_side(a: torch.Tensor, B: torch.Tensor, C: torch.Tensor) -> ChunkSide:
-    """:class:`ChunkSide` from chunked step diagonals ``a (*, m, L, N')`` (``N' = 1`` or ``N``) and chunked
-    maps: the segment products give the blocks, and their first column and last row give the
-    chunks' prefix and suffix products."""
-    N, L, dtype = B.shape[-1], B.shape[-2], B.dtype
-    a = a.movedim(-1, -2)  # (*, m, N', L)
-    step = a.shape[-2] if a.shape[-2] == 1 else max(1, SEGMENT_BUDGET // max(1, a[..., 0, :].numel() * L))
-    blocks, prefix, suffix = 0, [], []
-    for n in range(0, a.shape[-2], step):
-        E = _segment_products(a[..., n : n + step, :]).to(dtype)  # (*, m, n', L, L)
-        prefix.append(E[..., :, 0] * a[..., n : n + step, :1])
-        suffix.append(E[..., -1, :])
-        if a.shape[-2] == 1:
-            blocks = E[..., 0, :, :] * (C @ B.mT)
-        else:
-            Cn, Bn = C[..., n : n + step].mT, B[..., n : n + step].mT
-            blocks = blocks + (Cn[..., :, :, None] * E * Bn[..., :, None, :]).sum(-3)
-    prefix, suffix = torch.cat(prefix, -2).mT, torch.cat(suffix, -2).mT  # (*, m, L, N')
-    total = torch.diag_embed(prefix[..., -1, :] * torch.ones(N, dtype=dtype, device=B.device))
-    return ChunkSide(torch.tril(blocks, -1), C * prefix, B * suffix, total)
-
-
-def _dense_side(A: torch.Tensor, B: torch.Tensor, C: torch.Tensor) -> ChunkSide:
-    """:class:`ChunkSide` from chunked dense transitions ``A (*, m, L, N, N)`` and maps, in ``L`` steps of two
-    batched products: the state ``S_i = [A_i ... A_{j+1} B_j (j < i) | A_i ... A_0]`` (``N x (L + N)``)
-    holds a row of the block, the prefix product, and at the end the suffix products and the total."""
-    N, L = B.shape[-1], B.shape[-2]
-    eye_L = torch.eye(L, dtype=B.dtype, device=B.device)
-    inputs = B[..., :, :, None] * eye_L[:, None, :]  # inputs[..., i, :, k] = B_i if k == i
-    inputs = torch.cat([inputs, inputs.new_zeros(*inputs.shape[:-1], N)], dim=-1)
-    S = torch.cat([inputs.new_zeros(*A.shape[:-3], N, L), torch.eye(N, dtype=B.dtype, device=B.device).expand_as(A[..., 0, :, :])], -1)
-    states = []
-    for i in range(L):
-        S = A[..., i, :, :] @ (S if i == 0 else S + inputs[..., i - 1, :, :])
-        states.append(S)
-    rows = (C[..., :, None, :] @ torch.stack(states, dim=-3))[..., 0, :]  # (*, m, L, L + N)
-    R = (S[..., :L] + inputs[..., -1, :, :L]).mT
-    return ChunkSide(rows[..., :L], rows[..., L:], R, S[..., L:])
-
-
-def chunk_side(G: Generators, L: int, m: int) -> ChunkSide:
-    """The :class:`ChunkSide` of the strictly-lower matrix with generators ``G`` (batch expanded), ``m`` chunks of ``L``."""
-    A = G.A.with_identity_first()  # the first transition is unused by the matrix: keep it harmless
-    B, C = _chunks(G.B, 2, m, L), _chunks(G.C, 2, m, L)
-    diagonals = _step_diagonals(A, G.B)
-    if diagonals is not None:
-        return _diagonal_side(_chunks(diagonals, 2, m, L, 1.0), B, C)
-    return _dense_side(A.chunked(L).matrices(G.order, B.dtype), B, C)
+#: Most boundary-state unknowns ``(m - 1)(n_l + n_u)`` the reduced solve takes; longer sequences take
+#: the blocked LU. Measured (one thread, float64, orders 2 + 2): at 508 unknowns (T = 8192) the reduced
+#: solve took 0.65x the blocked LU's time, at 1020 (T = 16384) 1.0x, as its dense ``O(q^3)`` LU grows.
+REDUCED_MAX = 512
 
 
 def _forward(MGR: torch.Tensor, WP: torch.Tensor, HB: torch.Tensor, n_u: int):
@@ -166,17 +92,91 @@ def _backward(sol: torch.Tensor, HB: torch.Tensor, n_u: int) -> torch.Tensor:
     return zeta - Ymat @ torch.stack(taus[::-1], dim=-3)
 
 
-def quasiseparable_solve(lower: Generators, upper: Generators, d: torch.Tensor, Y: torch.Tensor,
-                         block: int = SOLVE_BLOCK) -> torch.Tensor:
+def _block_matrix(X: torch.Tensor, pattern: torch.Tensor) -> torch.Tensor:
+    """``(*, q a, q b)`` with ``X_r (*, q, a, b)`` in block row ``r`` at the column where ``pattern (q, q)`` has its 1."""
+    q, a, b = X.shape[-3:]
+    return (pattern[:, :, None, None] * X[..., :, None, :, :]).transpose(-3, -2).reshape(*X.shape[:-3], q * a, q * b)
+
+
+def _boundary_system(lo: ChunkSide, up: ChunkSide, proj: torch.Tensor, K: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The linear system of the boundary states ``[s_1 .. s_{m-1}, t_0 .. t_{m-2}]`` (module docstring) from
+    ``proj = [R^T; Wu^T] [g | G | H]`` per chunk, ``(*, m, n_l + n_u, K + n_l + n_u)``."""
+    n_l, n_u, m = lo.P.shape[-1], up.P.shape[-1], lo.P.shape[-3]
+    Rg, RG, RH = proj[..., :n_l, :K], proj[..., :n_l, K : K + n_l], proj[..., :n_l, K + n_l :]
+    Wg, WG, WH = proj[..., n_l:, :K], proj[..., n_l:, K : K + n_l], proj[..., n_l:, K + n_l :]
+    q, like = m - 1, proj
+    eye = torch.eye(q, dtype=like.dtype, device=like.device)
+    sub = torch.diag(torch.ones(q - 1, dtype=like.dtype, device=like.device), -1)
+    # block row of s_{c+1}: s_{c+1} - A_c s_c + R_c^T H_c t_c = R_c^T g_c  (no s_0)
+    A = torch.cat([torch.zeros_like(RG[..., :1, :, :]), (lo.P - RG)[..., 1:q, :, :]], dim=-3)
+    # block row of t_{c-1}: t_{c-1} - Au_c t_c + Wu_c^T G_c s_c = Wu_c^T g_c  (no t_{m-1})
+    Au = torch.cat([(up.P.mT - WH)[..., 1:q, :, :], torch.zeros_like(WH[..., :1, :, :])], dim=-3)
+    ss = torch.eye(q * n_l, dtype=like.dtype, device=like.device) - _block_matrix(A, sub)
+    tt = torch.eye(q * n_u, dtype=like.dtype, device=like.device) - _block_matrix(Au, sub.mT)
+    system = torch.cat([torch.cat([ss, _block_matrix(RH[..., :q, :, :], eye)], dim=-1),
+                        torch.cat([_block_matrix(WG[..., 1:, :, :], eye), tt], dim=-1)], dim=-2)
+    return system, torch.cat([Rg[..., :q, :, :].flatten(-3, -2), Wg[..., 1:, :, :].flatten(-3, -2)], dim=-2)
+
+
+def _reduced(lo: ChunkSide, up: ChunkSide, Mb: torch.Tensor, Yc: torch.Tensor) -> torch.Tensor | None:
+    """The reduced solve (module docstring) on chunked pieces; ``(*, m, L, K)``, or None when a diagonal
+    block or the boundary system is singular."""
+    K, n_l, n_u, m = Yc.shape[-1], lo.P.shape[-1], up.P.shape[-1], Mb.shape[-3]
+    sol, info = torch.linalg.solve_ex(Mb, torch.cat([Yc, lo.W, up.R], dim=-1))  # [g | G | H]
+    if bool((info > 0).any()):
+        return None
+    if m == 1:
+        return sol[..., :K]
+    system, rhs = _boundary_system(lo, up, torch.cat([lo.R, up.W], dim=-1).mT @ sol, K)
+    z, info = torch.linalg.solve_ex(system, rhs)
+    if bool((info > 0).any()):
+        return None
+    q = m - 1
+    s = torch.cat([torch.zeros_like(z[..., None, :n_l, :]), z[..., : q * n_l, :].unflatten(-2, (q, n_l))], dim=-3)
+    t = torch.cat([z[..., q * n_l :, :].unflatten(-2, (q, n_u)), torch.zeros_like(z[..., None, :n_u, :])], dim=-3)
+    return sol[..., :K] - sol[..., K : K + n_l] @ s - sol[..., K + n_l :] @ t
+
+
+def _blocked(lo: ChunkSide, up: ChunkSide, Mb: torch.Tensor, Yc: torch.Tensor) -> torch.Tensor:
+    """The blocked LU (module docstring) on chunked pieces; ``(*, m, L, K)``."""
+    K, n_l, n_u, m, L = Yc.shape[-1], lo.P.shape[-1], up.P.shape[-1], Mb.shape[-3], Mb.shape[-1]
+    top = torch.cat([Mb, up.R, Yc], dim=-1)
+    bottom = torch.cat([lo.R.mT, top.new_zeros(*top.shape[:-2], n_l, n_u + K)], dim=-1)
+    HB = torch.cat([up.W.mT, up.P.mT], dim=-1)
+    sol, info = _forward(torch.cat([top, bottom], dim=-2), torch.cat([lo.W, lo.P], dim=-2), HB, n_u)
+    if bool((info > 0).any()):
+        c = int((info > 0).reshape(-1, m).any(0).nonzero()[0])
+        raise SingularMatrixError(f"Quasiseparable.solve: the leading principal submatrix of order {(c + 1) * L} "
+                                  f"is singular (the blocked LU pivots within blocks of {L} only)")
+    return _backward(sol, HB, n_u)
+
+
+def _chunking(T: int, n: int, method: str, block: int | None) -> tuple[str, int]:
+    """``(method, L)``: see the module docstring for ``"auto"``."""
+    if method not in ("auto", "reduced", "blocked"):
+        raise ValueError(f"method must be 'auto', 'reduced' or 'blocked'; got {method!r}")
+    if block is not None:
+        return ("reduced" if method == "auto" else method), block
+    if method == "blocked":
+        return method, SOLVE_BLOCK
+    for L in REDUCED_BLOCKS:
+        if (-(-T // L) - 1) * n <= REDUCED_MAX or method == "reduced" and L == REDUCED_BLOCKS[-1]:
+            return "reduced", L
+    return "blocked", SOLVE_BLOCK
+
+
+def quasiseparable_solve(lower: Generators, upper: Generators, d: torch.Tensor, Y: torch.Tensor, *,
+                         method: str = "auto", block: int | None = None) -> torch.Tensor:
     """Solve ``M X = Y`` for ``M = strict(lower) + diag(d) + strict(upper)^T`` (``upper`` holds the generators
     of the transposed strictly-upper part) and ``Y (*, T, K)``; batch dims broadcast. See the module docstring.
 
-    ``O(T L (L + n) + T n^2 K)`` work, ``O(T / L)`` Python steps, ``L = min(block, T)``. Raises
-    :class:`~structmat.SingularMatrixError` when a leading principal submatrix of order ``L, 2L, ...``
-    (or ``M``) is singular.
+    ``method``: ``"auto"``, ``"reduced"`` or ``"blocked"``; ``block``: the chunk length (by default as
+    ``"auto"`` picks it). Raises :class:`~structmat.SingularMatrixError` when ``M`` (or, for the
+    blocked LU, a leading principal submatrix of order ``L, 2L, ...``) is singular.
 
     Examples
     --------
+    >>> from structmat.core.transitions import Transitions
     >>> G = Generators(Transitions(torch.full((3,), 0.5), "scalar"), torch.ones(3, 1), torch.ones(3, 1))
     >>> M = torch.tensor([[2, .5, .25], [.5, 2, .5], [.25, .5, 2]])
     >>> X = quasiseparable_solve(G, G, torch.full((3,), 2.0), torch.eye(3), block=2)
@@ -187,18 +187,14 @@ def quasiseparable_solve(lower: Generators, upper: Generators, d: torch.Tensor, 
     batch = torch.broadcast_shapes(lower.batch_shape, upper.batch_shape, d.shape[:-1], Y.shape[:-2])
     if T == 0 or K == 0:
         return Y.expand(*batch, T, K).clone()
-    m = -(-T // max(1, block))
+    method, block = _chunking(T, lower.order + upper.order, method, block)
+    m = -(-T // max(1, min(block, T)))
     L = -(-T // m)  # as even as the chunks can be: at most m - 1 padded steps
-    lo, up = chunk_side(lower.expand(batch), L, m), chunk_side(upper.expand(batch), L, m)
-    n_l, n_u = lo.P.shape[-1], up.P.shape[-1]
-    Mb = lo.blocks + up.blocks.mT + torch.diag_embed(_chunks(d.expand(*batch, T), 1, m, L, 1.0))
-    top = torch.cat([Mb, up.R, _chunks(Y.expand(*batch, T, K), 2, m, L)], dim=-1)
-    bottom = torch.cat([lo.R.mT, top.new_zeros(*top.shape[:-2], n_l, n_u + K)], dim=-1)
-    HB = torch.cat([up.W.mT, up.P.mT], dim=-1)
-    sol, info = _forward(torch.cat([top, bottom], dim=-2), torch.cat([lo.W, lo.P], dim=-2), HB, n_u)
-    if bool((info > 0).any()):
-        c = int((info > 0).reshape(-1, m).any(0).nonzero()[0])
-        raise SingularMatrixError(f"Quasiseparable.solve: the leading principal submatrix of order {min((c + 1) * L, T)} "
-                                  f"is singular (the blocked LU pivots within blocks of {L} only)")
-    X = _backward(sol, HB, n_u)
+    lo, up = chunk_sides(lower.expand(batch), upper.expand(batch), L, m)
+    below = strictly_lower(L, Y.device)
+    Mb = torch.where(below, lo.blocks, torch.where(below.mT, up.blocks.mT, torch.diag_embed(chunk(d.expand(*batch, T), 1, m, L, 1.0))))
+    Yc = chunk(Y.expand(*batch, T, K), 2, m, L)
+    X = _reduced(lo, up, Mb, Yc) if method == "reduced" else None
+    if X is None:
+        X = _blocked(lo, up, Mb, Yc)
     return X.reshape(*X.shape[:-3], m * L, K)[..., :T, :]

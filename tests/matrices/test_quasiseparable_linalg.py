@@ -80,10 +80,50 @@ def test_blocked_solve_matches_dense(T, n, extra, batch, seed):
     want = torch.linalg.solve(Q.to_dense(), Y.expand(*Q.batch_shape, T, 3))
     close(Q.solve(Y), want, rtol=1e-9)
     from structmat.linalg.quasiseparable_solve import quasiseparable_solve
-    for block in (1, 3, 16):
-        got = quasiseparable_solve(Q.lower_part.generators, Q.upper_part.generators, Q.diag, Y, block=block)
-        close(got, want, rtol=1e-9)
+    for method in ("reduced", "blocked"):
+        for block in (1, 3, 16):
+            got = quasiseparable_solve(Q.lower_part.generators, Q.upper_part.generators, Q.diag, Y, method=method, block=block)
+            close(got, want, rtol=1e-9)
     close(Q.solve(Y[:, 0]), want[..., 0], rtol=1e-9)
+
+
+def test_reduced_solve_falls_back_to_the_blocked_lu_on_a_singular_diagonal_block():
+    """With chunks of 2, the second diagonal block [[d_2, 0.5], [0.5, d_3]] is singular for d_2 = d_3 = 1/2
+    while every leading principal minor is not: the blocked LU solves it."""
+    from structmat.linalg.quasiseparable_solve import quasiseparable_solve
+    lion = sm.Quasiseparable.lion_decay(torch.tensor(0.5, dtype=F64), 4)
+    Q = lion + sm.Diagonal(torch.tensor([1.0, 1.0, -0.5, -0.5], dtype=F64))  # diagonal 2, 2, 0.5, 0.5
+    dense = Q.to_dense()
+    assert torch.linalg.det(dense[2:, 2:]).abs() < 1e-12
+    assert all(torch.linalg.det(dense[:k, :k]).abs() > 1e-3 for k in range(1, 5))
+    y = torch.randn(4, 2, dtype=F64)
+    got = quasiseparable_solve(Q.lower_part.generators, Q.upper_part.generators, Q.diag, y, method="reduced", block=2)
+    close(got, torch.linalg.solve(dense, y))
+    with pytest.raises(ValueError, match="method must be"):
+        quasiseparable_solve(Q.lower_part.generators, Q.upper_part.generators, Q.diag, y, method="lu")
+
+
+@pytest.mark.parametrize("method", ["reduced", "blocked"])
+def test_solve_in_chunk_groups_and_with_an_unused_huge_first_transition(method, monkeypatch):
+    """Chunks taken in groups within the segment budget give the same solution; the first transition never
+    enters the matrix, so a huge (finite) value there stays harmless."""
+    import structmat.linalg.quasiseparable_chunks as chunks
+    from structmat.linalg.quasiseparable_solve import quasiseparable_solve
+    T = 50
+    g = torch.Generator().manual_seed(1)
+    a = torch.rand(T, 2, generator=g, dtype=F64)
+    a[0] = 1e308
+    C = torch.randn(T, 2, generator=g, dtype=F64)
+    C[0] = 10.0  # C_0 a_0 would overflow
+    fwd = sm.SSS(a, torch.randn(T, 2, generator=g, dtype=F64), C)
+    bwd = sm.OneSS.from_decays(torch.rand(T, generator=g, dtype=F64))
+    Q = sm.Quasiseparable.bidirectional(fwd, bwd, diag=5 + torch.rand(T, generator=g, dtype=F64))
+    y = torch.randn(T, 2, generator=g, dtype=F64)
+    want = torch.linalg.solve(Q.to_dense(), y)
+    args = (Q.lower_part.generators, Q.upper_part.generators, Q.diag, y)
+    close(quasiseparable_solve(*args, method=method, block=8), want, rtol=1e-9)
+    monkeypatch.setattr(chunks, "SEGMENT_BUDGET", 1)  # one chunk per group
+    close(quasiseparable_solve(*args, method=method, block=8), want, rtol=1e-9)
 
 
 def test_solve_pivots_inside_blocks():
@@ -121,13 +161,13 @@ def test_solve_and_inverse_gradcheck():
     y = torch.randn(T, 2, generator=g, dtype=F64, requires_grad=True)
     bwd = sm.OneSS.from_decays(torch.rand(T, generator=g, dtype=F64))
 
-    def solve(a, B, d, y, block):
+    def solve(a, B, d, y, method, block):
         from structmat.linalg.quasiseparable_solve import quasiseparable_solve
         Q = sm.Quasiseparable.bidirectional(sm.SSS(a, B, B.flip(0)), bwd, diag=d)
-        return quasiseparable_solve(Q.lower_part.generators, Q.upper_part.generators, Q.diag, y, block=block)
+        return quasiseparable_solve(Q.lower_part.generators, Q.upper_part.generators, Q.diag, y, method=method, block=block)
 
-    assert torch.autograd.gradcheck(lambda *x: solve(*x, 4), (a, B, d, y))
-    assert torch.autograd.gradcheck(lambda *x: solve(*x, 64), (a, B, d, y))
+    for method, block in (("reduced", 4), ("blocked", 4), ("auto", None)):
+        assert torch.autograd.gradcheck(lambda *x: solve(*x, method, block), (a, B, d, y))
     inv = lambda a, B, d, y: sm.Quasiseparable.bidirectional(sm.SSS(a, B, B.flip(0)), bwd, diag=d).inv() @ y  # noqa: E731
     assert torch.autograd.gradcheck(inv, (a, B, d, y))
 
