@@ -200,11 +200,14 @@ class Quasiseparable(StructuredMatrix):
     def solve(self, Y) -> torch.Tensor:
         """Solve ``M X = Y`` for ``Y`` of shape ``(*, T, K)`` or ``(T,)`` (batch dims broadcast).
 
-        A blocked LU on the generators (:mod:`structmat.linalg.quasiseparable_solve`): dense pivoted
-        LUs of ``L x L`` diagonal blocks (``L = 64``), Schur updates through the states between them;
-        ``O(T L (L + n) + T n^2 K)`` work in ``O(T / L)`` Python steps, with the accuracy of a dense
-        LU inside each block. Needs the leading principal submatrices of orders ``L, 2L, ...`` to be
-        nonsingular (:class:`~structmat.SingularMatrixError` otherwise); it does not go through :meth:`inv`.
+        Chunked elimination on the generators (:mod:`structmat.linalg.quasiseparable_solve`), with
+        the accuracy of a dense pivoted LU inside each chunk of ``L`` (16 to 64); it does not go
+        through :meth:`inv`. Up to a few thousand steps: one batched LU of all diagonal blocks, then a
+        dense system in the states at the chunk boundaries (``O(T L^2 + T n^2 K + (T n / L)^3)``, no
+        Python loop over time); longer sequences, or a singular diagonal block: a blocked LU
+        (``O(T L (L + n) + T n^2 K)`` in ``O(T / L)`` Python steps) that needs the leading principal
+        submatrices of orders ``L, 2L, ...`` nonsingular. :class:`~structmat.SingularMatrixError`
+        when ``M`` is singular.
 
         Examples
         --------
