@@ -59,11 +59,19 @@ def strictly_lower(L: int, device: torch.device) -> torch.Tensor:
     return torch.ones(L, L, dtype=torch.bool, device=device).tril(-1)
 
 
+@functools.lru_cache(maxsize=32)
+def _masks(L: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(strictly lower, on and above the diagonal)`` as ``L x L`` numbers (cached, never written to)."""
+    below = strictly_lower(L, device).to(dtype)
+    return below, 1 - below
+
+
 def _segment_products(a: torch.Tensor) -> torch.Tensor:
     """``out[..., i, j] = a[..., j+1] ... a[..., i]`` for ``i > j`` (1 elsewhere) from ``a (*, L)``: a masked
     cumulative product down each column. Every entry is its own product of at most ``L`` factors (no
     ratio), so zeros stay exact and no ``exp``/``log`` of ``L^2`` entries is needed."""
-    return torch.cumprod(torch.where(strictly_lower(a.shape[-1], a.device), a[..., :, None], 1.0), dim=-2)
+    below, rest = _masks(a.shape[-1], a.dtype, a.device)
+    return torch.cumprod(torch.addcmul(rest, a[..., :, None], below), dim=-2)
 
 
 def _step_diagonals(A: Transitions, B: torch.Tensor) -> torch.Tensor | None:
@@ -117,10 +125,18 @@ def _dense_side(A: torch.Tensor, B: torch.Tensor, C: torch.Tensor) -> ChunkSide:
     return ChunkSide(rows[..., :L], rows[..., L:], R, S[..., L:])
 
 
+def _expanded(G: Generators, batch) -> Generators:
+    """``G`` with every parameter at ``batch`` (as it is unless some part has a smaller batch)."""
+    parts = (G.A.batch_shape, G.B.shape[:-2], G.C.shape[:-2]) + (() if G.D is None else (G.D.shape[:-1],))
+    return G if all(p == batch for p in parts) else G.expand(batch)
+
+
 def chunk_sides(lower: Generators, upper: Generators, L: int, m: int) -> list[ChunkSide]:
-    """The :class:`ChunkSide` of the strictly-lower matrices with generators ``lower`` and ``upper`` (batch
-    expanded), ``m`` chunks of ``L``. Scalar and diagonal transitions of both share one pass (in groups
+    """The :class:`ChunkSide` of the strictly-lower matrices with generators ``lower`` and ``upper``, ``m`` chunks
+    of ``L``, at their broadcast batch shape. Scalar and diagonal transitions of both share one pass (in groups
     of chunks within :data:`SEGMENT_BUDGET`); dense ones take :func:`_dense_side`."""
+    batch = torch.broadcast_shapes(lower.batch_shape, upper.batch_shape)
+    lower, upper = _expanded(lower, batch), _expanded(upper, batch)
     Bs = [chunk(G.B, 2, m, L) for G in (lower, upper)]
     Cs = [chunk(G.C, 2, m, L) for G in (lower, upper)]
     diagonals = [_step_diagonals(G.A, G.B) for G in (lower, upper)]

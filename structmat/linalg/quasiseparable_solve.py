@@ -92,30 +92,27 @@ def _backward(sol: torch.Tensor, HB: torch.Tensor, n_u: int) -> torch.Tensor:
     return zeta - Ymat @ torch.stack(taus[::-1], dim=-3)
 
 
-def _block_matrix(X: torch.Tensor, pattern: torch.Tensor) -> torch.Tensor:
-    """``(*, q a, q b)`` with ``X_r (*, q, a, b)`` in block row ``r`` at the column where ``pattern (q, q)`` has its 1."""
-    q, a, b = X.shape[-3:]
-    return (pattern[:, :, None, None] * X[..., :, None, :, :]).transpose(-3, -2).reshape(*X.shape[:-3], q * a, q * b)
-
-
 def _boundary_system(lo: ChunkSide, up: ChunkSide, proj: torch.Tensor, K: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The linear system of the boundary states ``[s_1 .. s_{m-1}, t_0 .. t_{m-2}]`` (module docstring) from
-    ``proj = [R^T; Wu^T] [g | G | H]`` per chunk, ``(*, m, n_l + n_u, K + n_l + n_u)``."""
+    """The linear system of the boundary states ``u_k = [s_{k+1}; t_k]`` (``k < m - 1``; module docstring) from
+    ``proj = [R^T; Wu^T] [g | G | H]`` per chunk, ``(*, m, n_l + n_u, K + n_l + n_u)``. In this order it is
+    block tridiagonal: row ``k`` holds ``[[I, R_k^T H_k], [Wu_{k+1}^T G_{k+1}, I]]`` on the diagonal,
+    ``-(P_k - R_k^T G_k)`` acting on ``s_k`` to its left and ``-(Pu_{k+1}^T - Wu_{k+1}^T H_{k+1})`` on
+    ``t_{k+1}`` to its right; the right-hand side is ``[R_k^T g_k; Wu_{k+1}^T g_{k+1}]``."""
     n_l, n_u, m = lo.P.shape[-1], up.P.shape[-1], lo.P.shape[-3]
-    Rg, RG, RH = proj[..., :n_l, :K], proj[..., :n_l, K : K + n_l], proj[..., :n_l, K + n_l :]
-    Wg, WG, WH = proj[..., n_l:, :K], proj[..., n_l:, K : K + n_l], proj[..., n_l:, K + n_l :]
-    q, like = m - 1, proj
-    eye = torch.eye(q, dtype=like.dtype, device=like.device)
-    sub = torch.diag(torch.ones(q - 1, dtype=like.dtype, device=like.device), -1)
-    # block row of s_{c+1}: s_{c+1} - A_c s_c + R_c^T H_c t_c = R_c^T g_c  (no s_0)
-    A = torch.cat([torch.zeros_like(RG[..., :1, :, :]), (lo.P - RG)[..., 1:q, :, :]], dim=-3)
-    # block row of t_{c-1}: t_{c-1} - Au_c t_c + Wu_c^T G_c s_c = Wu_c^T g_c  (no t_{m-1})
-    Au = torch.cat([(up.P.mT - WH)[..., 1:q, :, :], torch.zeros_like(WH[..., :1, :, :])], dim=-3)
-    ss = torch.eye(q * n_l, dtype=like.dtype, device=like.device) - _block_matrix(A, sub)
-    tt = torch.eye(q * n_u, dtype=like.dtype, device=like.device) - _block_matrix(Au, sub.mT)
-    system = torch.cat([torch.cat([ss, _block_matrix(RH[..., :q, :, :], eye)], dim=-1),
-                        torch.cat([_block_matrix(WG[..., 1:, :, :], eye), tt], dim=-1)], dim=-2)
-    return system, torch.cat([Rg[..., :q, :, :].flatten(-3, -2), Wg[..., 1:, :, :].flatten(-3, -2)], dim=-2)
+    q, n = m - 1, n_l + n_u
+    Rg, RG, RH = proj[..., :q, :n_l, :K], proj[..., :q, :n_l, K : K + n_l], proj[..., :q, :n_l, K + n_l :]
+    Wg, WG, WH = proj[..., 1:, n_l:, :K], proj[..., 1:, n_l:, K : K + n_l], proj[..., 1:, n_l:, K + n_l :]
+    eye_l = torch.eye(n_l, dtype=proj.dtype, device=proj.device).expand_as(RG)
+    eye_u = torch.eye(n_u, dtype=proj.dtype, device=proj.device).expand_as(WH)
+    diagonal = torch.cat([torch.cat([eye_l, RH], dim=-1), torch.cat([WG, eye_u], dim=-1)], dim=-2)
+    left = torch.nn.functional.pad(RG[..., 1:, :, :] - lo.P[..., 1:q, :, :], (0, n_u, 0, n_u))
+    right = torch.nn.functional.pad(WH[..., :-1, :, :] - up.P[..., 1:q, :, :].mT, (n_l, 0, n_l, 0))
+    system = proj.new_zeros(*proj.shape[:-3], q, n, q, n)
+    system.diagonal(0, -4, -2).copy_(diagonal.movedim(-3, -1))
+    if q > 1:
+        system.diagonal(-1, -4, -2).copy_(left.movedim(-3, -1))
+        system.diagonal(1, -4, -2).copy_(right.movedim(-3, -1))
+    return system.reshape(*proj.shape[:-3], q * n, q * n), torch.cat([Rg, Wg], dim=-2).flatten(-3, -2)
 
 
 def _reduced(lo: ChunkSide, up: ChunkSide, Mb: torch.Tensor, Yc: torch.Tensor) -> torch.Tensor | None:
@@ -128,12 +125,12 @@ def _reduced(lo: ChunkSide, up: ChunkSide, Mb: torch.Tensor, Yc: torch.Tensor) -
     if m == 1:
         return sol[..., :K]
     system, rhs = _boundary_system(lo, up, torch.cat([lo.R, up.W], dim=-1).mT @ sol, K)
-    z, info = torch.linalg.solve_ex(system, rhs)
+    u, info = torch.linalg.solve_ex(system, rhs)
     if bool((info > 0).any()):
         return None
-    q = m - 1
-    s = torch.cat([torch.zeros_like(z[..., None, :n_l, :]), z[..., : q * n_l, :].unflatten(-2, (q, n_l))], dim=-3)
-    t = torch.cat([z[..., q * n_l :, :].unflatten(-2, (q, n_u)), torch.zeros_like(z[..., None, :n_u, :])], dim=-3)
+    u = u.unflatten(-2, (m - 1, n_l + n_u))
+    s = torch.cat([torch.zeros_like(u[..., :1, :n_l, :]), u[..., :n_l, :]], dim=-3)  # s_0 = 0
+    t = torch.cat([u[..., n_l:, :], torch.zeros_like(u[..., :1, n_l:, :])], dim=-3)  # t_{m-1} = 0
     return sol[..., :K] - sol[..., K : K + n_l] @ s - sol[..., K + n_l :] @ t
 
 
@@ -184,15 +181,19 @@ def quasiseparable_solve(lower: Generators, upper: Generators, d: torch.Tensor, 
     True
     """
     T, K = Y.shape[-2:]
-    batch = torch.broadcast_shapes(lower.batch_shape, upper.batch_shape, d.shape[:-1], Y.shape[:-2])
+    mbatch = torch.broadcast_shapes(lower.batch_shape, upper.batch_shape, d.shape[:-1])
+    batch = torch.broadcast_shapes(mbatch, Y.shape[:-2])
     if T == 0 or K == 0:
         return Y.expand(*batch, T, K).clone()
     method, block = _chunking(T, lower.order + upper.order, method, block)
     m = -(-T // max(1, min(block, T)))
     L = -(-T // m)  # as even as the chunks can be: at most m - 1 padded steps
-    lo, up = chunk_sides(lower.expand(batch), upper.expand(batch), L, m)
+    lo, up = chunk_sides(lower, upper, L, m)  # at the matrix's batch shape, not the right-hand side's
     below = strictly_lower(L, Y.device)
-    Mb = torch.where(below, lo.blocks, torch.where(below.mT, up.blocks.mT, torch.diag_embed(chunk(d.expand(*batch, T), 1, m, L, 1.0))))
+    Mb = torch.where(below, lo.blocks, torch.where(below.mT, up.blocks.mT, torch.diag_embed(chunk(d.expand(*mbatch, T), 1, m, L, 1.0))))
+    if batch != mbatch:
+        grow = lambda t: t.expand(*batch, *t.shape[len(mbatch):])  # noqa: E731
+        lo, up, Mb = ChunkSide(*map(grow, (lo.blocks, lo.W, lo.R, lo.P))), ChunkSide(*map(grow, (up.blocks, up.W, up.R, up.P))), grow(Mb)
     Yc = chunk(Y.expand(*batch, T, K), 2, m, L)
     X = _reduced(lo, up, Mb, Yc) if method == "reduced" else None
     if X is None:

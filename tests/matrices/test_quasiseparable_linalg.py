@@ -85,6 +85,8 @@ def test_blocked_solve_matches_dense(T, n, extra, batch, seed):
             got = quasiseparable_solve(Q.lower_part.generators, Q.upper_part.generators, Q.diag, Y, method=method, block=block)
             close(got, want, rtol=1e-9)
     close(Q.solve(Y[:, 0]), want[..., 0], rtol=1e-9)
+    Yb = torch.randn(3, *Q.batch_shape, T, 2, generator=g, dtype=F64)  # more batch in Y than in M
+    close(Q.solve(Yb), torch.linalg.solve(Q.to_dense(), Yb), rtol=1e-9)
 
 
 def test_reduced_solve_falls_back_to_the_blocked_lu_on_a_singular_diagonal_block():
