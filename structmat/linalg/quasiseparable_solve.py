@@ -191,9 +191,8 @@ def quasiseparable_solve(lower: Generators, upper: Generators, d: torch.Tensor, 
     lo, up = chunk_sides(lower, upper, L, m)  # at the matrix's batch shape, not the right-hand side's
     below = strictly_lower(L, Y.device)
     Mb = torch.where(below, lo.blocks, torch.where(below.mT, up.blocks.mT, torch.diag_embed(chunk(d.expand(*mbatch, T), 1, m, L, 1.0))))
-    if batch != mbatch:
-        grow = lambda t: t.expand(*batch, *t.shape[len(mbatch):])  # noqa: E731
-        lo, up, Mb = ChunkSide(*map(grow, (lo.blocks, lo.W, lo.R, lo.P))), ChunkSide(*map(grow, (up.blocks, up.W, up.R, up.P))), grow(Mb)
+    grow = lambda t: t if t.shape[:-3] == batch else t.expand(*batch, *t.shape[-3:])  # noqa: E731
+    lo, up, Mb = ChunkSide(*map(grow, (lo.blocks, lo.W, lo.R, lo.P))), ChunkSide(*map(grow, (up.blocks, up.W, up.R, up.P))), grow(Mb)
     Yc = chunk(Y.expand(*batch, T, K), 2, m, L)
     X = _reduced(lo, up, Mb, Yc) if method == "reduced" else None
     if X is None:

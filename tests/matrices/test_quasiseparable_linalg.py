@@ -87,6 +87,8 @@ def test_blocked_solve_matches_dense(T, n, extra, batch, seed):
     close(Q.solve(Y[:, 0]), want[..., 0], rtol=1e-9)
     Yb = torch.randn(3, *Q.batch_shape, T, 2, generator=g, dtype=F64)  # more batch in Y than in M
     close(Q.solve(Yb), torch.linalg.solve(Q.to_dense(), Yb), rtol=1e-9)
+    Qd = sm.Quasiseparable(Q.lower_part, Q.upper_part, 6 + torch.rand(4, *Q.batch_shape, T, generator=g, dtype=F64))
+    close(Qd.solve(Y), torch.linalg.solve(Qd.to_dense(), Y), rtol=1e-9)  # only the diagonal batched
 
 
 def test_reduced_solve_falls_back_to_the_blocked_lu_on_a_singular_diagonal_block():
