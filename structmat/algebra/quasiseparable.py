@@ -10,25 +10,28 @@ come from one matrix-valued recurrence:
   ``(A2, B2, V^T B1)`` and upper part ``(A1, B1, V B2)``.
 
 The lower cross part joins the input map of the ``L1`` block of ``(L1 + D1)(L2 + D2)`` and the output
-map of its ``L2`` block, so the orders are ``(n_l1 + n_l2, n_u1 + n_u2)``. The inverse goes through
-the structured LU factorisation ``M = L U`` (:mod:`structmat.linalg.quasiseparable_lu`),
-``M^{-1} = U^{-1} L^{-1}``: an upper times a lower SSS, orders unchanged.
+map of its ``L2`` block, so the orders are ``(n_l1 + n_l2, n_u1 + n_u2)``. The inverse comes from the
+generators by Eidelman and Gohberg's recursion (:mod:`structmat.linalg.quasiseparable_inverse`):
+every quantity it forms is a piece of ``M^{-1}`` (never the two triangular factors' inverses, whose
+product cancels), orders unchanged.
 """
 
 from __future__ import annotations
 
 import torch
 
-from structmat.algebra.semiseparable import sss_inverse, sss_matmul
+from structmat.algebra.semiseparable import build, sss_hadamard, sss_matmul
 from structmat.core.transitions import Transitions
-from structmat.linalg.quasiseparable_lu import quasiseparable_lu
+from structmat.linalg.quasiseparable_inverse import quasiseparable_inverse
 from structmat.linalg.scan import linear_scan
+from structmat.linalg.semiseparable import Generators
 from structmat.matrices.diagonal import Diagonal
 from structmat.matrices.quasiseparable import Quasiseparable, strict_part
 from structmat.matrices.sss import SSS
 
 __all__ = ["as_quasiseparable", "qs_add", "qs_add_sss", "qs_add_diagonal", "sss_add_mixed", "sss_matmul_mixed",
-           "qs_matmul_sss", "sss_matmul_qs", "qs_matmul", "qs_matmul_diagonal", "diagonal_matmul_qs", "qs_inverse"]
+           "qs_matmul_sss", "sss_matmul_qs", "qs_matmul", "qs_matmul_diagonal", "diagonal_matmul_qs", "qs_inverse",
+           "qs_hadamard", "qs_hadamard_sss"]
 
 
 def _zero_part(like: SSS, lower: bool) -> SSS:
@@ -93,6 +96,44 @@ def diagonal_matmul_qs(d: Diagonal, a: Quasiseparable) -> Quasiseparable:
     return Quasiseparable(d @ a.lower_part, d @ a.upper_part, d.diagonal() * a.diagonal())
 
 
+def qs_hadamard(a: Quasiseparable, b: Quasiseparable) -> Quasiseparable:
+    """``a * b`` elementwise: the strictly-lower parts, the strictly-upper parts and the diagonals multiply
+    separately, each part by Kronecker products of the states (:func:`sss_hadamard`): orders
+    ``(n_l1 n_l2, n_u1 n_u2)``, log decays add (two LION masks give a LION mask). ``O(T n^2)`` to form
+    for scalar and diagonal transitions, ``O(T n^4)`` for dense ones (``n`` the product order).
+
+    Examples
+    --------
+    >>> import structmat as sm
+    >>> M = sm.Quasiseparable.bidirectional(sm.OneSS.decay(0.5, 3), sm.OneSS.decay(0.5, 3))
+    >>> H = M.hadamard(M)
+    >>> H.order, H.to_dense()[0]
+    ((1, 1), tensor([1.0000, 0.2500, 0.0625]))
+    """
+    return Quasiseparable(sss_hadamard(a.lower_part, b.lower_part), sss_hadamard(a.upper_part, b.upper_part),
+                          a.diagonal() * b.diagonal())
+
+
+def qs_hadamard_sss(a: Quasiseparable, m: SSS) -> SSS:
+    """``a * m`` for a lower (upper) SSS or OneSS ``m``: it meets only the strictly-lower (upper) part of ``a``
+    and the diagonal, so the product is an SSS of the orientation of ``m``, order ``n_l N`` (``n_u N``),
+    with the explicit diagonal ``diag(a) diag(m)``.
+
+    Examples
+    --------
+    >>> import structmat as sm
+    >>> M = sm.Quasiseparable.bidirectional(sm.OneSS.decay(0.5, 3), sm.OneSS.decay(0.5, 3))
+    >>> H = M.hadamard(sm.OneSS.causal(3))  # keeps the lower triangle
+    >>> type(H).__name__, H.to_dense()[2]
+    ('SSS', tensor([0.2500, 0.5000, 1.0000]))
+    """
+    strict = sss_hadamard(a.lower_part if m.lower else a.upper_part, m)
+    batch = torch.broadcast_shapes(a.batch_shape, m.batch_shape)
+    G = strict.generators.expand(batch)
+    diag = (a.diagonal() * m.diagonal()).expand(*batch, a.shape[-1])
+    return build(Generators(G.A, G.B, G.C, diag), m.lower)
+
+
 def _kron(X: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
     """``X (x) Y`` for stacks of square matrices, so that ``vec(X W Y^T) = (X (x) Y) vec(W)`` (row-major)."""
     n1, n2 = X.shape[-1], Y.shape[-1]
@@ -150,24 +191,9 @@ def qs_matmul(M1: Quasiseparable, M2: Quasiseparable) -> Quasiseparable:
     return Quasiseparable(lower, upper_t.T, lower.D)
 
 
-def _upper_times_lower(U: SSS, L: SSS) -> Quasiseparable:
-    """``U @ L`` for an upper and a lower SSS with explicit diagonals: quasiseparable ``(n_L, n_U)``."""
-    batch = torch.broadcast_shapes(U.batch_shape, L.batch_shape)
-    T = U.shape[-1]
-    Au, Bu, Cu = _dense_generators(U, batch, T)
-    Al, Bl, Cl = _dense_generators(L, batch, T)
-    du, dl = U.diagonal().expand(*batch, T), L.diagonal().expand(*batch, T)
-    V = _backward_pairs(Au, Cu, Al, Cl)
-    lower = SSS(Al, Bl, Cl * du[..., None] + (V.mT @ Bu[..., None])[..., 0], torch.zeros_like(du))
-    upper = SSS(Au, Bu, Cu * dl[..., None] + (V @ Bl[..., None])[..., 0], torch.zeros_like(du), lower=False)
-    return Quasiseparable(lower, upper, du * dl + (Bu[..., None, :] @ V @ Bl[..., :, None])[..., 0, 0])
-
-
 def qs_inverse(M: Quasiseparable) -> Quasiseparable:
-    """``M^{-1} = U^{-1} L^{-1}`` from the structured LU (no pivoting: needs nonzero leading minors);
-    orders unchanged (``n + 1`` on a side whose factor's inverse needs it, see :func:`sss_inverse`)."""
-    Lg, Ug = quasiseparable_lu(M.lower_part.generators, M.upper_part.generators, M.diag, M.batch_shape)
-    L = SSS(Lg.A, Lg.B, Lg.C, Lg.D)
-    U = SSS(Ug.A, Ug.B, Ug.C, Ug.D, lower=False)
-    return _upper_times_lower(sss_inverse(U), sss_inverse(L))
-
+    """``M^{-1}`` from the generators by Eidelman and Gohberg's inversion recursion (no pivoting: needs
+    nonzero leading principal minors); orders unchanged (``n + 1`` on a side whose realization needs it,
+    ``docs/deviations.md`` item 1). See :mod:`structmat.linalg.quasiseparable_inverse`."""
+    lower, upper, diag = quasiseparable_inverse(M.lower_part.generators, M.upper_part.generators, M.diag, M.batch_shape)
+    return Quasiseparable(SSS._from_generators(lower, True), SSS._from_generators(upper, False), diag)

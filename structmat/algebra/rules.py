@@ -57,7 +57,10 @@ TABLE = [
     ("matmul", SSS, Quasiseparable, Q.sss_matmul_qs, "Quasiseparable, orders add", None, False),
     ("matmul", Quasiseparable, Diagonal, Q.qs_matmul_diagonal, "Quasiseparable, same orders", None, False),
     ("matmul", Diagonal, Quasiseparable, Q.diagonal_matmul_qs, "Quasiseparable, same orders", None, False),
-    ("inv", Quasiseparable, None, Q.qs_inverse, "Quasiseparable, orders kept (structured LU)", None, False),
+    ("inv", Quasiseparable, None, Q.qs_inverse, "Quasiseparable, orders kept (Eidelman-Gohberg recursion)", None, False),
+    ("hadamard", Quasiseparable, Quasiseparable, Q.qs_hadamard, "Quasiseparable, orders multiply on each side", None, False),
+    ("hadamard", Quasiseparable, SSS, Q.qs_hadamard_sss, "SSS, orders multiply (an SSS meets one triangle and the diagonal)",
+     None, True),
     # bidiagonal
     ("add", Bidiagonal, Bidiagonal, E.bidiagonal_add, "Bidiagonal", S.same_orientation, False),
     ("add", Bidiagonal, Diagonal, E.bidiagonal_add, "Bidiagonal", None, True),

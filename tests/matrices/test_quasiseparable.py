@@ -122,3 +122,88 @@ def test_quasiseparable_gradcheck_and_errors():
         sm.Quasiseparable(sm.OneSS.causal(3), sm.OneSS.causal(3), torch.ones(3))
     with pytest.raises(sm.SingularMatrixError, match="leading principal minor"):
         sm.Quasiseparable.bidirectional(sm.OneSS.causal(3), sm.OneSS.causal(3), diag=torch.zeros(3)).inv()
+
+
+def _lion_reference(a, b, c):
+    """``c_i prod_{k = min(i,j)+1 .. max(i,j)} a_k b_j`` entry by entry (numpy, unbatched)."""
+    a, b, c = (np.asarray(t, dtype=float) for t in (a, b, c))
+    T = len(a)
+    want = np.zeros((T, T))
+    for i in range(T):
+        for j in range(T):
+            lo, hi = min(i, j), max(i, j)
+            want[i, j] = c[i] * np.prod(a[lo + 1 : hi + 1]) * b[j]
+    return want
+
+
+@given(st.integers(1, 30), st.integers(0, 100), st.booleans())
+def test_lion_constructor_from_forward_decays(T, seed, scaled):
+    g = torch.Generator().manual_seed(seed)
+    a = torch.rand(2, T, generator=g, dtype=F64)
+    a[0, T // 2] = 0.0  # a cut: exact zeros across it
+    a[1, 0] = 1.0
+    b = c = None
+    if scaled:
+        b, c = torch.randn(2, T, generator=g, dtype=F64), torch.randn(2, T, generator=g, dtype=F64)
+    M = sm.Quasiseparable.lion(a, b=b, c=c)
+    assert isinstance(M, sm.Quasiseparable) and M.order == (1, 1) and M.shape == (2, T, T)
+    ones = torch.ones(T, dtype=F64)
+    for k in range(2):
+        want = _lion_reference(a[k], ones if b is None else b[k], ones if c is None else c[k])
+        close(M.to_dense()[k], want)
+    if not scaled:  # the same mask as the flip(roll) construction it replaces
+        old = sm.Quasiseparable.bidirectional(sm.OneSS.from_decays(a), sm.OneSS.from_decays(torch.flip(torch.roll(a, -1, -1), (-1,))))
+        close(M.to_dense(), old.to_dense())
+    smt.assert_matches_dense(M)
+
+
+def test_lion_decay_constructor_and_gradients():
+    gamma = torch.tensor([0.5, 0.9], dtype=F64)
+    M = sm.Quasiseparable.lion_decay(gamma, 6)
+    idx = np.arange(6)
+    want = np.stack([g ** np.abs(np.subtract.outer(idx, idx)) for g in (0.5, 0.9)])
+    assert M.shape == (2, 6, 6) and M.order == (1, 1)
+    close(M.to_dense(), want)
+    assert sm.Quasiseparable.lion_decay(0.5, 4, dtype=torch.float64).dtype == torch.float64
+    close(sm.Quasiseparable.lion_decay(0.0, 3).to_dense(), np.eye(3))
+    a = torch.rand(7, dtype=F64, requires_grad=True)
+    b, c = torch.randn(7, dtype=F64, requires_grad=True), torch.randn(7, dtype=F64, requires_grad=True)
+    x = torch.randn(7, 2, dtype=F64)
+    assert torch.autograd.gradcheck(lambda a, b, c: sm.Quasiseparable.lion(a, b=b, c=c) @ x, (a, b, c))
+    with pytest.raises(ValueError, match="a must be real and >= 0"):
+        sm.Quasiseparable.lion(torch.tensor([0.5, -0.1]))
+    with pytest.raises(ValueError, match="b must have shape"):
+        sm.Quasiseparable.lion(torch.rand(4), b=torch.ones(5))
+    with pytest.raises(ValueError, match="gamma must be >= 0"):
+        sm.Quasiseparable.lion_decay(-0.5, 4)
+
+
+def test_bad_input_names_the_argument_and_the_expected_shape():
+    O = sm.OneSS
+    with pytest.raises(ValueError, match=r"upper must have shape \(\*, 3, 3\) like lower; got \(4, 4\)"):
+        sm.Quasiseparable(O.causal(3), O.causal(4).T, torch.ones(3))
+    with pytest.raises(ValueError, match=r"diag must have shape \(\*, T\) with T=3; got \(4,\)"):
+        sm.Quasiseparable(O.causal(3), O.causal(3).T, torch.ones(4))
+    with pytest.raises(ValueError, match=r"batch shapes .*broadcast.*lower \(2, 3, 3\), upper \(3, 3, 3\), diag \(3,\)"):
+        sm.Quasiseparable(O(torch.zeros(2, 3)), O(torch.zeros(3, 3)).T, torch.ones(3))
+    with pytest.raises(ValueError, match=r"diag \(4, 3\)"):
+        sm.Quasiseparable(O(torch.zeros(2, 3)), O(torch.zeros(2, 3)).T, torch.ones(4, 3))
+    with pytest.raises(TypeError, match="lower must be a lower SSS or OneSS; got Tensor"):
+        sm.Quasiseparable(torch.ones(3, 3), O.causal(3).T, torch.ones(3))
+    with pytest.raises(ValueError, match=r"backward must have shape \(\*, 3, 3\) like forward; got \(4, 4\)"):
+        sm.Quasiseparable.bidirectional(O.causal(3), O.causal(4))
+    with pytest.raises(TypeError, match="backward must be a lower SSS or OneSS; got Tensor"):
+        sm.Quasiseparable.bidirectional(O.causal(3), torch.ones(3, 3))
+    with pytest.raises(ValueError, match=r"a must have shape \(\*, T\); got a scalar"):
+        sm.Quasiseparable.lion(torch.tensor(0.5))
+    with pytest.raises(ValueError, match=r"b must have shape \(\*, T\) like a \(3,\); got \(2, 3\)"):
+        sm.Quasiseparable.lion(torch.rand(3), b=torch.ones(2, 3))
+    with pytest.raises(ValueError, match="T must be a non-negative integer"):
+        sm.Quasiseparable.lion_decay(0.5, -1)
+    Q = sm.Quasiseparable.lion(torch.rand(3))
+    with pytest.raises(ValueError, match=r"Y has shape \(4,\); expected \(3,\)"):
+        Q.solve(torch.ones(4))
+    with pytest.raises(ValueError, match=r"Y has shape \(2, 4, 1\); expected \(\*, 3, K\)"):
+        Q.solve(torch.ones(2, 4, 1))
+    with pytest.raises(ValueError, match=r"batch shapes do not broadcast: matrix \(2,\), Y \(3,\)"):
+        sm.Quasiseparable.lion(torch.rand(2, 3)).solve(torch.ones(3, 3, 1))
