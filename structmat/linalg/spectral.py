@@ -44,6 +44,9 @@ def linear_convolution(a: torch.Tensor, b: torch.Tensor, n_out: int) -> torch.Te
     tensor([1., 3., 2.])
     """
     n = fft_length(a.shape[-1] + b.shape[-1] - 1)
+    batch = torch.broadcast_shapes(a.shape[:-1], b.shape[:-1])
+    if 0 in batch or not (a.shape[-1] and b.shape[-1]):  # torch's FFT refuses empty batches
+        return a.new_zeros(*batch, n_out, dtype=torch.promote_types(a.dtype, b.dtype))
     if a.is_complex() or b.is_complex():
         return torch.fft.ifft(torch.fft.fft(a, n) * torch.fft.fft(b, n), n)[..., :n_out]
     return torch.fft.irfft(torch.fft.rfft(a, n) * torch.fft.rfft(b, n), n)[..., :n_out]
@@ -66,6 +69,9 @@ def toeplitz_matmat(c: torch.Tensor, r: torch.Tensor, X: torch.Tensor, spectrum:
     """``Toeplitz(c, r) @ X`` for ``c (*, T)``, ``r (*, S)``, ``X (*, S, K)`` by one circulant FFT product
     (``spectrum``: :func:`circulant_spectrum`, if already computed)."""
     T, S = c.shape[-1], r.shape[-1]
+    if T == 0 or S == 0:  # an empty side: no circulant to embed in (its length would be below T)
+        batch = torch.broadcast_shapes(c.shape[:-1], r.shape[:-1], X.shape[:-2])
+        return X.new_zeros((*batch, T, X.shape[-1]), dtype=torch.promote_types(torch.promote_types(c.dtype, r.dtype), X.dtype))
     n = fft_length(T + S - 1)
     complex_ = c.is_complex() or r.is_complex() or X.is_complex()
     spectrum = circulant_spectrum(c, r, complex_) if spectrum is None else spectrum

@@ -31,6 +31,8 @@ def causal_inverse_series(c: torch.Tensor) -> torch.Tensor:
     tensor([1.0000, 0.5000, 0.2500])
     """
     T = c.shape[-1]
+    if c.numel() == 0:  # length 0 or a batch of 0: nothing to invert (and no FFT of an empty batch)
+        return c.clone()
     if bool((c[..., 0] == 0).any()):
         raise SingularMatrixError("causal Toeplitz with c[0] == 0 is singular")
     if T <= DIRECT_INVERSE_MAX:
@@ -54,6 +56,9 @@ def levinson_generators(c: torch.Tensor, r: torch.Tensor, batch) -> tuple[torch.
     """``x = M^{-1} e_0`` and ``y = M^{-1} e_{T-1}`` for ``M = Toeplitz(c, r)`` per batch entry
     (scipy's Levinson recursion on the CPU; not differentiated)."""
     T = c.shape[-1]
+    if T == 0 or 0 in batch:
+        empty = c.new_zeros(*batch, T)
+        return empty, empty
     cn = c.expand(*batch, T).detach().cpu().resolve_conj().numpy().reshape(-1, T)
     rn = r.expand(*batch, T).detach().cpu().resolve_conj().numpy().reshape(-1, T)
     rhs = np.zeros((T, 2), dtype=np.result_type(cn, rn))

@@ -157,14 +157,14 @@ class ToeplitzInverse(Inverse):
     def __init__(self, M: Toeplitz):
         super().__init__(M)
         x, y = levinson_generators(M.c, M.r, M.batch_shape)
-        if bool((x[..., 0] == 0).any()):
+        if x.numel() and bool((x[..., 0] == 0).any()):
             raise SingularMatrixError("Gohberg-Semencul needs (M^{-1})[0, 0] != 0")
         zero = torch.zeros_like(x[..., :1])
         jy, jx = torch.flip(y, (-1,)), torch.flip(x, (-1,))
         self._L1, self._U1 = x, jy
         self._L2 = torch.cat([zero, y[..., :-1]], dim=-1)
         self._U2 = torch.cat([zero, jx[..., :-1]], dim=-1)
-        self._x0 = x[..., 0]
+        self._x0 = x[..., 0] if x.shape[-1] else x.new_ones(x.shape[:-1])
 
     def _matmat(self, X: torch.Tensor) -> torch.Tensor:
         zeros = torch.zeros_like(self._L1)
@@ -185,6 +185,4 @@ class ToeplitzInverse(Inverse):
 
 def _first(row: torch.Tensor) -> torch.Tensor:
     """Column of an upper-triangular Toeplitz with first row ``row``: ``row[0]`` then zeros."""
-    out = torch.zeros_like(row)
-    out[..., 0] = row[..., 0]
-    return out
+    return torch.cat([row[..., :1], torch.zeros_like(row[..., 1:])], dim=-1)
