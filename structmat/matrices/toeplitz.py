@@ -14,9 +14,9 @@ import torch
 
 from structmat.core.base import StructuredMatrix
 from structmat.core.lazy import Inverse
-from structmat.core.validation import SingularMatrixError, as_tensor, broadcast_batch, check_finite
+from structmat.core.validation import as_tensor, broadcast_batch, check_finite
 from structmat.linalg.spectral import circulant_spectrum, toeplitz_matmat
-from structmat.linalg.toeplitz_solvers import levinson_generators
+from structmat.linalg.toeplitz_solvers import InverseGenerators, toeplitz_inverse_generators, toeplitz_solve
 
 __all__ = ["Toeplitz", "ToeplitzInverse"]
 
@@ -41,7 +41,8 @@ class Toeplitz(StructuredMatrix):
     general Toeplitz matrices is not Toeplitz (``T1 T2`` differs from a Toeplitz matrix by a
     low-displacement-rank term), so it stays a lazy :class:`~structmat.Product`. ``inv()`` is
     causal Toeplitz for causal matrices (``O(T log T)``), else a :class:`ToeplitzInverse`
-    (Gohberg-Semencul, ``O(T^2)`` setup by Levinson recursion, ``O(T log T)`` matvec).
+    (Gohberg-Semencul, ``O(T^2)`` setup by Levinson recursion, ``O(T log T)`` matvec; a pivoted
+    dense LU where Levinson breaks down). ``solve`` and ``inv() @`` are differentiable in ``c``, ``r``.
 
     Examples
     --------
@@ -143,46 +144,43 @@ class Toeplitz(StructuredMatrix):
 
 
 class ToeplitzInverse(Inverse):
-    """Inverse of a square Toeplitz matrix by the Gohberg-Semencul formula.
+    """Inverse of a square Toeplitz matrix from four generator vectors (displacement rank 2)::
 
-    With ``x = M^{-1} e_0``, ``y = M^{-1} e_{T-1}`` and ``x_0 != 0``::
+        M^{-1} = L(p1) U(q1) + L(p2) U(q2)
 
-        M^{-1} = (L(x) U(J y) - L(Z y) U(Z J x)) / x_0
+    with ``L(v)`` / ``U(v)`` lower / upper triangular Toeplitz with first column / row ``v``
+    (:class:`~structmat.linalg.toeplitz_solvers.InverseGenerators`). Usually the Gohberg-Semencul
+    formula ``(L(x) U(J y) - L(Z y) U(Z J x)) / x_0`` with ``x = M^{-1} e_0``, ``y = M^{-1} e_{T-1}`` from
+    Levinson's recursion (``O(T^2)`` setup on the CPU); where Levinson breaks down (a zero leading
+    principal minor, e.g. ``c[0] = 0``) or ``x_0 = 0``, Heinig's formula from a pivoted dense LU
+    (``O(T^2)`` memory, ``O(T^3)`` time, for those matrices only). Matvec: six FFTs of length ``2T``,
+    ``O(T log T)``, differentiable in ``c``, ``r`` and the right-hand side (the backward solves with
+    ``M^H`` from the same generators). Transposes and scalings reuse the generators.
 
-    where ``L(v)`` / ``U(v)`` are lower / upper triangular Toeplitz with first column / row ``v``,
-    ``J`` reverses and ``Z`` shifts down. Setup ``O(T^2)`` (Levinson, scipy's ``solve_toeplitz``,
-    on the CPU, not differentiated); matvec four triangular FFT products, ``O(T log T)``.
+    Examples
+    --------
+    >>> import torch, structmat as sm
+    >>> M = sm.Toeplitz(torch.tensor([0.0, 1.0, 2.0]), torch.tensor([0.0, 3.0, 1.0]))  # c[0] = 0
+    >>> (M.inv() @ (M @ torch.tensor([1.0, 2.0, 3.0]))).round(decimals=4)
+    tensor([1., 2., 3.])
     """
 
-    def __init__(self, M: Toeplitz):
+    def __init__(self, M: Toeplitz, generators: InverseGenerators | None = None):
         super().__init__(M)
-        x, y = levinson_generators(M.c, M.r, M.batch_shape)
-        if x.numel() and bool((x[..., 0] == 0).any()):
-            raise SingularMatrixError("Gohberg-Semencul needs (M^{-1})[0, 0] != 0")
-        zero = torch.zeros_like(x[..., :1])
-        jy, jx = torch.flip(y, (-1,)), torch.flip(x, (-1,))
-        self._L1, self._U1 = x, jy
-        self._L2 = torch.cat([zero, y[..., :-1]], dim=-1)
-        self._U2 = torch.cat([zero, jx[..., :-1]], dim=-1)
-        self._x0 = x[..., 0] if x.shape[-1] else x.new_ones(x.shape[:-1])
+        self.generators = toeplitz_inverse_generators(M.c, M.r) if generators is None else generators
 
     def _matmat(self, X: torch.Tensor) -> torch.Tensor:
-        zeros = torch.zeros_like(self._L1)
-        first = toeplitz_matmat(self._L1, zeros, toeplitz_matmat(_first(self._U1), self._U1, X))
-        second = toeplitz_matmat(self._L2, zeros, toeplitz_matmat(_first(self._U2), self._U2, X))
-        return (first - second) / self._x0[..., None, None]
+        return toeplitz_solve(self.M.c, self.M.r, X, self.generators)
 
     def _map(self, fn) -> ToeplitzInverse:
-        return ToeplitzInverse(self.M._map(fn))
+        probe = fn(torch.zeros((), dtype=self.dtype, device=self.device))
+        if self.dtype.is_complex and not probe.dtype.is_complex:  # the real part is another matrix
+            return ToeplitzInverse(self.M._map(fn))
+        return ToeplitzInverse(self.M._map(fn), self.generators.map(fn))
 
     @property
     def T(self) -> ToeplitzInverse:
-        return ToeplitzInverse(self.M.T)
+        return ToeplitzInverse(self.M.T, self.generators.transposed())
 
     def _scale(self, s) -> ToeplitzInverse:
-        return ToeplitzInverse(self.M * (1.0 / s))
-
-
-def _first(row: torch.Tensor) -> torch.Tensor:
-    """Column of an upper-triangular Toeplitz with first row ``row``: ``row[0]`` then zeros."""
-    return torch.cat([row[..., :1], torch.zeros_like(row[..., 1:])], dim=-1)
+        return ToeplitzInverse(self.M * (1.0 / s), self.generators.scaled(s))
