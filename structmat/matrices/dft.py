@@ -66,19 +66,25 @@ class DFT(StructuredMatrix):
 
     def diagonal(self) -> torch.Tensor:
         t = torch.arange(self.n, device=self.device, dtype=torch.int64)
-        return self._entries((t * t) % self.n)
+        return self._roots()[(t * t) % max(self.n, 1)]
 
-    def _entries(self, ts_mod: torch.Tensor) -> torch.Tensor:
-        """Entries for products ``t s mod T`` (exact integers, so the angle is exact to rounding)."""
+    def _roots(self) -> torch.Tensor:
+        """``scale * part(exp(-+2 pi i k / T))`` for ``k = 0 .. T-1``, from float64 angles: entry ``(t, s)`` is
+        root ``t s mod T`` (an exact integer), so every entry is a correctly rounded root in any dtype."""
         sign = 1.0 if self.inverse else -1.0
-        angle = sign * 2 * math.pi * ts_mod.to(torch.float64) / max(self.n, 1)
+        angle = sign * 2 * math.pi * torch.arange(self.n, device=self.device, dtype=torch.float64) / max(self.n, 1)
         unit = torch.polar(torch.ones_like(angle), angle)
         part = {"full": unit, "real": unit.real, "imag": unit.imag}[self.part]
         return (self.scale * part).to(self.dtype)
 
     def to_dense(self) -> torch.Tensor:
-        t = torch.arange(self.n, device=self.device, dtype=torch.int64)
-        return self._entries(torch.outer(t, t) % max(self.n, 1))
+        roots, n = self._roots(), self.n
+        s = torch.arange(n, device=self.device, dtype=torch.int64)
+        out = torch.empty(n, n, dtype=self.dtype, device=self.device)
+        rows = max(1, 2**22 // max(n, 1))  # row blocks: int64 indices for all T^2 entries would be 8 bytes each
+        for start in range(0, n, rows):
+            out[start:start + rows] = roots[torch.outer(s[start:start + rows], s).remainder_(n)]
+        return out
 
     def _full(self, X: torch.Tensor) -> torch.Tensor:
         X = X.to(self._complex)
