@@ -20,10 +20,10 @@ import scipy.linalg
 import torch
 
 from structmat.core.validation import SingularMatrixError
-from structmat.linalg.spectral import fft_length, linear_convolution, toeplitz_matmat
+from structmat.linalg.spectral import compute_dtype, fft_length, toeplitz_matmat
 
-__all__ = ["causal_inverse_series", "InverseGenerators", "toeplitz_inverse_generators", "toeplitz_solve",
-           "DIRECT_INVERSE_MAX", "LEVINSON_TOL"]
+__all__ = ["causal_inverse_series", "causal_solve_dense", "lower_toeplitz_dense", "InverseGenerators",
+           "toeplitz_inverse_generators", "toeplitz_solve", "DIRECT_INVERSE_MAX", "LEVINSON_TOL"]
 
 #: Up to this length the causal inverse series comes from one dense triangular solve; above it,
 #: Newton doubling with FFT products (``O(T log T)``) wins.
@@ -32,12 +32,16 @@ DIRECT_INVERSE_MAX = 64
 
 def causal_inverse_series(c: torch.Tensor) -> torch.Tensor:
     """First column ``d`` of ``L(c)^{-1}`` for the lower-triangular Toeplitz ``L(c)``: the power series
-    ``1 / c(z) mod z^T``.
+    ``1 / c(z) mod z^T``, for ``c (*, T)``.
 
-    Newton doubling ``d <- d (2 - c d)`` with FFT products, ``O(T log T)``; one dense triangular
-    solve for ``T <= DIRECT_INVERSE_MAX``. The FFT products are accurate relative to the largest
-    coefficient: if ``c(z)`` has zeros inside the unit disk the series grows geometrically and its
-    small leading terms lose relative accuracy (as any method in floating point would).
+    Newton doubling ``d <- d + d (1 - c d)`` with FFT products, ``O(T log T)``: with ``m`` terms of ``d``
+    right, ``c d = 1 + O(z^m)``, so of ``c d`` only the terms ``m .. 2m-1`` are needed and a cyclic
+    convolution of length ``2m`` gives them (its wrap-around lands on the known low terms), sharing the
+    transform of ``d`` with the correction product: five FFTs of length ``2m`` per doubling. One dense
+    triangular solve for ``T <= DIRECT_INVERSE_MAX``. Half precisions compute in float32. The FFT products
+    are accurate relative to the largest coefficient: if ``c(z)`` has zeros inside the unit disk the
+    series grows geometrically and its small leading terms lose relative accuracy (as any method in
+    floating point would).
 
     Examples
     --------
@@ -49,21 +53,37 @@ def causal_inverse_series(c: torch.Tensor) -> torch.Tensor:
         return c.clone()
     if bool((c[..., 0] == 0).any()):
         raise SingularMatrixError("causal Toeplitz with c[0] == 0 is singular")
+    work = c.to(compute_dtype(c.dtype))
     if T <= DIRECT_INVERSE_MAX:
-        idx = torch.arange(T, device=c.device)
-        diff = idx[:, None] - idx[None, :]
-        L = torch.where(diff >= 0, c[..., diff.clamp(min=0)], torch.zeros((), dtype=c.dtype, device=c.device))
-        e0 = torch.zeros(T, 1, dtype=c.dtype, device=c.device)
+        e0 = torch.zeros(T, 1, dtype=work.dtype, device=c.device)
         e0[0] = 1
-        return torch.linalg.solve_triangular(L, e0.expand(*L.shape[:-1], 1), upper=False)[..., 0]
-    d = 1.0 / c[..., :1]
-    m = 1
+        return causal_solve_dense(work, e0)[..., 0].to(c.dtype)
+    fft, ifft = (torch.fft.fft, torch.fft.ifft) if c.is_complex() else (torch.fft.rfft, torch.fft.irfft)
+    d, m = 1.0 / work[..., :1], 1
     while m < T:
-        m = min(2 * m, T)
-        two_minus = -linear_convolution(c[..., :m], d, m)
-        two_minus[..., 0] = two_minus[..., 0] + 2.0
-        d = linear_convolution(d, two_minus, m)
-    return d
+        new = min(2 * m, T)
+        n = fft_length(new)
+        Fd = fft(d, n)
+        high = ifft(fft(work[..., :new], n) * Fd, n)[..., m:new]  # terms m .. new-1 of c d
+        d = torch.cat([d, -ifft(fft(high, n) * Fd, n)[..., : new - m]], dim=-1)
+        m = new
+    return d.to(c.dtype)
+
+
+def lower_toeplitz_dense(c: torch.Tensor) -> torch.Tensor:
+    """The dense lower-triangular Toeplitz matrix ``L(c)`` (``(*, T, T)``) from ``c (*, T)``: windows of
+    ``(0, ..., 0, c)`` read backwards (one gather-free view and a flip)."""
+    T = c.shape[-1]
+    if T == 0:
+        return c.new_zeros(*c.shape, 0)
+    padded = torch.cat([c.new_zeros(*c.shape[:-1], T - 1), c], dim=-1)
+    return padded.unfold(-1, T, 1).flip(-1)
+
+
+def causal_solve_dense(c: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
+    """``L(c)^{-1} Y`` for ``Y (*, T, K)`` by one dense triangular solve (``O(T^2 K)``: the fastest way for
+    short sequences). ``c[..., 0] = 0`` gives non-finite entries: callers check."""
+    return torch.linalg.solve_triangular(lower_toeplitz_dense(c), Y, upper=False)
 
 
 def _shift(v: torch.Tensor) -> torch.Tensor:
@@ -192,7 +212,8 @@ LEVINSON_TOL = float(np.finfo(np.float64).eps) ** (2 / 3)
 
 
 def toeplitz_inverse_generators(c: torch.Tensor, r: torch.Tensor) -> InverseGenerators:
-    """The generators (*) of ``Toeplitz(c, r)^{-1}`` for ``c, r (*batch, T)`` (``r[..., 0]`` ignored), detached.
+    """The generators (*) of ``Toeplitz(c, r)^{-1}`` for ``c, r (*batch, T)`` (``r[..., 0]`` ignored), detached,
+    in the dtype of ``c``, ``r`` (float32 / complex64 for half precisions).
 
     Per batch entry, scipy's Levinson recursion (``O(T^2)``, float64 on the CPU) and the Gohberg-Semencul
     formula. Levinson needs non-zero leading principal minors (``(M^{-1})[0, 0] != 0`` is the last of them);
@@ -205,7 +226,7 @@ def toeplitz_inverse_generators(c: torch.Tensor, r: torch.Tensor) -> InverseGene
     batch = torch.broadcast_shapes(c.shape[:-1], r.shape[:-1])
     dtype = torch.promote_types(c.dtype, r.dtype)
     if T == 0 or 0 in batch:
-        empty = c.new_zeros(*batch, T, dtype=dtype)
+        empty = c.new_zeros(*batch, T, dtype=compute_dtype(dtype))
         return InverseGenerators(empty, empty, empty, empty)
     work = torch.complex128 if dtype.is_complex else torch.float64
     cw = c.detach().to("cpu", work).expand(*batch, T).reshape(-1, T)
@@ -219,7 +240,7 @@ def toeplitz_inverse_generators(c: torch.Tensor, r: torch.Tensor) -> InverseGene
                                   f"{cond[~broke].max().item():.1e} from Levinson's inverse)")
     for i in torch.nonzero(broke).flatten().tolist():
         G[:, i] = torch.from_numpy(_heinig_lu(cn[i], rn[i]))
-    return InverseGenerators(*G.to(c.device, dtype).reshape(4, *batch, T))
+    return InverseGenerators(*G.to(c.device, compute_dtype(dtype)).reshape(4, *batch, T))
 
 
 def _diagonal_sums(A: torch.Tensor, B: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -14,9 +14,22 @@ import torch
 
 from structmat.core.base import StructuredMatrix
 from structmat.core.lazy import Inverse
-from structmat.core.validation import as_tensor, broadcast_batch, check_finite
-from structmat.linalg.spectral import circulant_spectrum, toeplitz_matmat
-from structmat.linalg.toeplitz_solvers import InverseGenerators, toeplitz_inverse_generators, toeplitz_solve
+from structmat.core.validation import (
+    SingularMatrixError,
+    as_tensor,
+    broadcast_batch,
+    check_finite,
+    check_overflow,
+    finite_checks_enabled,
+)
+from structmat.linalg.spectral import circulant_spectrum, compute_dtype, toeplitz_matmat
+from structmat.linalg.toeplitz_solvers import (
+    DIRECT_INVERSE_MAX,
+    InverseGenerators,
+    causal_solve_dense,
+    toeplitz_inverse_generators,
+    toeplitz_solve,
+)
 
 __all__ = ["Toeplitz", "ToeplitzInverse"]
 
@@ -61,11 +74,14 @@ class Toeplitz(StructuredMatrix):
         if c.dim() < 1:
             raise ValueError(f"c must have shape (*, T); got {tuple(c.shape)}")
         check_finite(c, "c")
-        if causal:
-            r = torch.zeros_like(c)
-        elif r is None:
-            r = c.conj()
-        r = as_tensor(r, "r", device=c.device)
+        self.is_causal = bool(causal)
+        if self.is_causal:  # first row (c[0], 0, ..., 0): nothing to check or broadcast
+            if r is not None:
+                raise ValueError("r must be None for a causal Toeplitz (its first row is (c[0], 0, ..., 0))")
+            self.c, self.r = c, torch.cat([c[..., :1], torch.zeros_like(c[..., 1:])], dim=-1)
+            super().__init__(tuple(c.shape) + c.shape[-1:], c.dtype, c.device)
+            return
+        r = as_tensor(c.conj() if r is None else r, "r", device=c.device)
         if r.dim() < 1:
             raise ValueError(f"r must have shape (*, S); got {tuple(r.shape)}")
         check_finite(r, "r")
@@ -74,7 +90,6 @@ class Toeplitz(StructuredMatrix):
         c, r = c.to(dtype).expand(*batch, c.shape[-1]), r.to(dtype).expand(*batch, r.shape[-1])
         self.c = c
         self.r = torch.cat([c[..., :1], r[..., 1:]], dim=-1) if c.shape[-1] and r.shape[-1] else r  # r[0] := c[0]
-        self.is_causal = bool(causal)
         super().__init__((*batch, c.shape[-1], r.shape[-1]), dtype, c.device)
 
     @classmethod
@@ -128,9 +143,37 @@ class Toeplitz(StructuredMatrix):
         return Toeplitz(self.c * s, causal=True) if self.is_causal else Toeplitz(self.c * s, self.r * s)
 
     def solve(self, Y) -> torch.Tensor:
-        """Solve ``M X = Y``; many right-hand sides share one inverse (``O(T log T)`` each)."""
+        """Solve ``M X = Y`` for ``Y`` of shape ``(*, T, K)`` or ``(T,)`` (batches broadcast).
+
+        Causal: one dense triangular solve for ``T <= 64`` (``O(T^2 K)``), else the inverse power series
+        (Newton, ``O(T log T)``) and one FFT product per column. General: :class:`ToeplitzInverse`
+        (``O(T^2)`` setup, ``O(T log T)`` per column). Differentiable in ``c``, ``r`` and ``Y``.
+        """
         self._check_square("solve()")
-        return self.inv().matmul(Y)
+        if not (self.is_causal and self.shape[-1] <= DIRECT_INVERSE_MAX):
+            inv = self.inv()
+            M, Y, vector = inv._operand(Y, "Y")
+            X = M._matmat(Y)
+            return X[..., 0] if vector else X
+        M, Y, vector = self._solve_operand(Y)
+        work = compute_dtype(M.dtype)
+        X = causal_solve_dense(M.c.to(work), Y.to(work)).to(M.dtype)
+        # one reduction sees any inf or NaN (a sum that overflows only sends us to the exact check)
+        if finite_checks_enabled() and not math.isfinite(abs(X.sum().item())) and not bool(torch.isfinite(X).all()):
+            if bool((M.c[..., 0] == 0).any()):
+                raise SingularMatrixError("causal Toeplitz with c[0] == 0 is singular")
+            if bool(torch.isfinite(Y).all()):  # else NaN in, NaN out, as torch.linalg.solve
+                check_overflow(X, "causal Toeplitz solve")
+        return X[..., 0] if vector else X
+
+    def _solve_operand(self, Y) -> tuple[Toeplitz, torch.Tensor, bool]:
+        """:meth:`_operand` (naming ``Y``), skipping its checks for a plain vector or matrix ``Y`` of the
+        matrix's dtype and device: they cost more than the solve itself at ``T = 64``."""
+        T = self.shape[-1]
+        if (isinstance(Y, torch.Tensor) and not self.batch_shape and Y.dtype == self.dtype and Y.device == self.device
+                and Y.dim() in (1, 2) and Y.shape[0] == T):
+            return self, (Y[:, None] if Y.dim() == 1 else Y), Y.dim() == 1
+        return self._operand(Y, "Y")
 
     def tril(self) -> Toeplitz:
         """Lower triangle, a causal Toeplitz."""
@@ -170,13 +213,21 @@ class ToeplitzInverse(Inverse):
         self.generators = toeplitz_inverse_generators(M.c, M.r) if generators is None else generators
 
     def _matmat(self, X: torch.Tensor) -> torch.Tensor:
-        return toeplitz_solve(self.M.c, self.M.r, X, self.generators)
+        work = compute_dtype(X.dtype)  # half precisions solve in float32, as their generators are kept
+        return toeplitz_solve(self.M.c.to(work), self.M.r.to(work), X.to(work), self.generators).to(X.dtype)
+
+    def to_dense(self) -> torch.Tensor:
+        """``M^{-1}`` from the generators (``O(T^2 log T)``), differentiable in ``c``, ``r``."""
+        T = self.shape[-1]
+        eye = torch.eye(T, dtype=compute_dtype(self.dtype), device=self.device)
+        return self._matmat(eye.to(self.dtype).expand(*self.batch_shape, T, T))
 
     def _map(self, fn) -> ToeplitzInverse:
         probe = fn(torch.zeros((), dtype=self.dtype, device=self.device))
-        if self.dtype.is_complex and not probe.dtype.is_complex:  # the real part is another matrix
+        if torch.promote_types(self.dtype, probe.dtype) != probe.dtype:  # a downcast: the inverse of another matrix
             return ToeplitzInverse(self.M._map(fn))
-        return ToeplitzInverse(self.M._map(fn), self.generators.map(fn))
+        work = compute_dtype(probe.dtype)  # upcasts, moves, reshapes, conj: the generators follow
+        return ToeplitzInverse(self.M._map(fn), self.generators.map(lambda t: fn(t).to(work)))
 
     @property
     def T(self) -> ToeplitzInverse:

@@ -144,3 +144,50 @@ def test_inputs_not_mutated_and_gradients_reach_float32():
     xs = np.linalg.solve(dense, y.double().numpy())
     want_c = [-sum(lam[i] * xs[i - k] for i in range(k, 8)) for k in range(8)]
     close(c.grad, want_c, rtol=1e-4)
+
+
+@pytest.mark.parametrize("T", [1, 5, 64, 65, 300])
+@pytest.mark.parametrize("dtype", [F64, C128])
+def test_causal_solve_matches_solve_triangular(T, dtype):
+    """Both causal paths (dense triangular solve up to T = 64, Newton inverse series above) against scipy."""
+    c = randn(2, T, seed=T, dtype=dtype) / T
+    c[..., 0] = 2.0
+    L = sm.Toeplitz.causal(c)
+    dense = np.tril(sl.toeplitz(c.numpy(), np.zeros(T)))  # scipy's batched toeplitz, lower part
+    Y = randn(T, 3, seed=1, dtype=dtype)
+    want = np.stack([sl.solve_triangular(d, Y.numpy(), lower=True) for d in dense])
+    close(L.solve(Y), want, rtol=1e-10)
+    close(L.solve(Y[:, 0]), want[..., 0], rtol=1e-10)
+    close(L.inv() @ Y, want, rtol=1e-10)
+    close(sm.Toeplitz.causal(c[0]).solve(Y), want[0], rtol=1e-10)  # unbatched: the lean operand path
+
+
+@pytest.mark.parametrize("T", [5, 70])
+def test_causal_solve_gradcheck(T):
+    c = randn(T, seed=3) / T
+    c[0] = 2.0
+    args = (c.clone().requires_grad_(), randn(T, 2, seed=4).requires_grad_())
+    assert torch.autograd.gradcheck(lambda c, y: sm.Toeplitz.causal(c).solve(y), args)
+
+
+@pytest.mark.parametrize("T", [3, 100])
+def test_causal_solve_singular_overflow_and_nan(T):
+    c = torch.ones(T, dtype=F64)
+    c[0] = 0.0
+    with pytest.raises(sm.SingularMatrixError, match=r"c\[0\] == 0"):
+        sm.Toeplitz.causal(c).solve(torch.ones(T, dtype=F64))
+    c[0], c[1] = 1e-200, 1.0  # entries of the inverse grow like 1e200^k: overflow, not a silent inf
+    with pytest.raises(sm.SingularMatrixError, match="overflow"):
+        sm.Toeplitz.causal(c).solve(torch.ones(T, dtype=F64))
+    y = torch.ones(T, dtype=F64)
+    y[-1] = float("nan")  # NaN in, NaN out (not an error), as torch.linalg.solve_triangular
+    c[0] = 2.0
+    x = sm.Toeplitz.causal(c).solve(y)
+    assert torch.isnan(x[-1])
+    if T <= 64:  # the dense triangular solve keeps it where it is; an FFT product spreads it
+        assert torch.isfinite(x[:-1]).all()
+
+
+def test_causal_takes_no_first_row():
+    with pytest.raises(ValueError, match="r must be None for a causal Toeplitz"):
+        sm.Toeplitz(torch.ones(3), torch.ones(3), causal=True)
