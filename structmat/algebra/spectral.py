@@ -47,12 +47,12 @@ def toeplitz_inverse(a: Toeplitz) -> StructuredMatrix:
 
 
 def fourier_add(a: Fourier, b: Fourier) -> Fourier:
-    return Fourier(a.eigvals + b.eigvals, real=a.real and b.real)
+    return Fourier(a.eigvals + b.eigvals, real=a.real and b.real, dtype=a.dtype)
 
 
 def fourier_matmul(a: Fourier, b: Fourier) -> Fourier:
     """Circulants commute; eigenvalues multiply."""
-    return Fourier(a.eigvals * b.eigvals, real=a.real and b.real)
+    return Fourier(a.eigvals * b.eigvals, real=a.real and b.real, dtype=a.dtype)
 
 
 def fourier_hadamard(a: Fourier, b: Fourier) -> Fourier:
@@ -64,11 +64,11 @@ def fourier_inverse(a: Fourier) -> Fourier:
     """Reciprocal eigenvalues; singular when one is below ``T eps`` times the largest."""
     mag = a.eigvals.abs()
     if mag.numel() == 0:
-        return Fourier(a.eigvals.clone(), real=a.real)
+        return Fourier(a.eigvals.clone(), real=a.real, dtype=a.dtype)
     tol = a.shape[-1] * torch.finfo(mag.dtype).eps * mag.amax(-1, keepdim=True)
     if bool((mag <= tol).any()):
         raise SingularMatrixError("Fourier mask has a (numerically) zero eigenvalue")
-    return Fourier(check_overflow(1.0 / a.eigvals, "Fourier.inv() eigenvalues"), real=a.real)
+    return Fourier(check_overflow(1.0 / a.eigvals, "Fourier.inv() eigenvalues"), real=a.real, dtype=a.dtype)
 
 
 def dft_inverse(a: DFT) -> DFT:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import math
+import numbers
 
+import numpy as np
 import torch
 
 from structmat.core.base import StructuredMatrix
+from structmat.linalg.spectral import compute_dtype
 
 __all__ = ["DFT"]
 
@@ -19,6 +22,10 @@ class DFT(StructuredMatrix):
     ``part="real"`` / ``"imag"`` select ``scale * Re(.)`` / ``scale * Im(.)`` of the unscaled matrix:
     the cosine and sine masks (``DFT(T).real``). Matvec by FFT, ``O(T log T)``; ``inv()`` of the full
     matrix is exact: ``DFT(T, inverse=True, scale=1/T)``.
+
+    ``dtype`` sets the precision: the full matrix (and any part with a complex scale) is complex, the
+    real and imaginary parts are real (``float16`` gives ``complex32`` / ``float16``; ``bfloat16`` gives
+    ``complex64`` / ``bfloat16``, torch's ``to_complex``). Half precisions transform in float32.
 
     Examples
     --------
@@ -34,19 +41,23 @@ class DFT(StructuredMatrix):
 
     def __init__(self, T: int, inverse: bool = False, *, scale: complex = 1.0, part: str = "full",
                  dtype: torch.dtype = torch.complex64, device=None):
-        if isinstance(T, bool) or int(T) != T or int(T) < 0:
+        if not (isinstance(T, numbers.Real) and not isinstance(T, bool) and float(T).is_integer() and T >= 0):
             raise ValueError(f"T must be a non-negative integer; got {T!r}")
         if part not in _PARTS:
             raise ValueError(f"part must be one of {_PARTS}; got {part!r}")
-        if not dtype.is_complex:
-            dtype = torch.promote_types(dtype, torch.complex64)
+        if not (isinstance(dtype, torch.dtype) and (dtype.is_floating_point or dtype.is_complex)):
+            raise TypeError(f"dtype must be a floating or complex torch.dtype; got {dtype!r}")
+        scale = scale.item() if isinstance(scale, (torch.Tensor, np.ndarray, np.generic)) and np.ndim(scale) == 0 else scale
+        if isinstance(scale, bool) or not isinstance(scale, numbers.Number):
+            raise TypeError(f"scale must be a number; got {type(scale).__name__}")
         self.n, self.inverse, self.scale, self.part = int(T), bool(inverse), scale, part
-        self._complex = dtype
+        self._precision = dtype.to_real() if dtype.is_complex else dtype  # float16 -> complex32, bfloat16 -> complex64
+        self._complex = compute_dtype(self._precision.to_complex())  # what the FFTs run in
         real = part != "full" and not isinstance(scale, complex)
-        super().__init__((self.n, self.n), dtype.to_real() if real else dtype, torch.device(device or "cpu"))
+        super().__init__((self.n, self.n), self._precision if real else self._precision.to_complex(), torch.device(device or "cpu"))
 
     def _with(self, **changes) -> DFT:
-        kw = dict(T=self.n, inverse=self.inverse, scale=self.scale, part=self.part, dtype=self._complex, device=self.device)
+        kw = dict(T=self.n, inverse=self.inverse, scale=self.scale, part=self.part, dtype=self._precision, device=self.device)
         kw.update(changes)
         return DFT(kw.pop("T"), kw.pop("inverse"), **kw)
 
@@ -87,14 +98,14 @@ class DFT(StructuredMatrix):
         return out
 
     def _full(self, X: torch.Tensor) -> torch.Tensor:
-        X = X.to(self._complex)
+        X = X.to(torch.promote_types(self._complex, compute_dtype(X.dtype)))
         if X.numel() == 0:
             return X.clone()
         return torch.fft.ifft(X, dim=-2, norm="forward") if self.inverse else torch.fft.fft(X, dim=-2)
 
     def _matmat(self, X: torch.Tensor) -> torch.Tensor:
         if self.part == "full":
-            return self.scale * self._full(X)
+            return (self.scale * self._full(X)).to(torch.promote_types(self.dtype, X.dtype))
         # Re(L) X = (L X + conj(L) X) / 2 and conj(L) X = conj(L conj(X))
         both = self._full(X), self._full(X.conj()).conj()
         out = (both[0] + both[1]) / 2 if self.part == "real" else (both[0] - both[1]) / 2j
@@ -102,7 +113,8 @@ class DFT(StructuredMatrix):
         return (self.scale * out).to(torch.promote_types(self.dtype, X.dtype))
 
     def _map(self, fn) -> DFT:
-        probe = fn(torch.zeros((), dtype=self._complex, device=self.device))
+        """A cast sets the precision (a complex part stays complex: ``to(float16)`` gives ``complex32``)."""
+        probe = fn(torch.zeros((), dtype=self._precision, device=self.device))
         return self._with(dtype=probe.dtype, device=probe.device)
 
     @property
