@@ -41,7 +41,9 @@ class DFT(StructuredMatrix):
 
     def __init__(self, T: int, inverse: bool = False, *, scale: complex = 1.0, part: str = "full",
                  dtype: torch.dtype = torch.complex64, device=None):
-        if not (isinstance(T, numbers.Real) and not isinstance(T, bool) and float(T).is_integer() and T >= 0):
+        if isinstance(T, bool) or not isinstance(T, numbers.Real):
+            raise TypeError(f"T must be a non-negative integer; got {type(T).__name__}")
+        if not (float(T).is_integer() and T >= 0):
             raise ValueError(f"T must be a non-negative integer; got {T!r}")
         if part not in _PARTS:
             raise ValueError(f"part must be one of {_PARTS}; got {part!r}")
@@ -120,6 +122,12 @@ class DFT(StructuredMatrix):
     @property
     def T(self) -> DFT:
         return self  # symmetric
+
+    def solve(self, Y) -> torch.Tensor:
+        """Solve ``M X = Y`` for ``Y (*, T, K)`` or ``(T,)``: the inverse transform, ``O(T log T)`` per column."""
+        M, Y, vector = self.inv()._operand(Y, "Y")
+        X = M._matmat(Y)
+        return X[..., 0] if vector else X
 
     def conj(self) -> DFT:
         """``conj(L)``: the transform of the opposite sign (full), else the same part with ``conj(scale)``."""

@@ -133,6 +133,12 @@ class Fourier(StructuredMatrix):
         # a cast acts on the entries, as on a tensor: up, they stay exactly what to_dense() gave; down, they round
         return Fourier.from_kernel(fn(self.kernel))
 
+    def solve(self, Y) -> torch.Tensor:
+        """Solve ``M X = Y`` for ``Y (*, T, K)`` or ``(T,)``: reciprocal eigenvalues, ``O(T log T)`` per column."""
+        M, Y, vector = self.inv()._operand(Y, "Y")
+        X = M._matmat(Y)
+        return X[..., 0] if vector else X
+
     @property
     def T(self) -> Fourier:
         return self._with(_reverse_spectrum(self.eigvals))

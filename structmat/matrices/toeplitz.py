@@ -209,6 +209,8 @@ class ToeplitzInverse(Inverse):
     """
 
     def __init__(self, M: Toeplitz, generators: InverseGenerators | None = None):
+        if not isinstance(M, Toeplitz):
+            raise TypeError(f"M must be a square Toeplitz matrix; got {type(M).__name__}")
         super().__init__(M)
         self.generators = toeplitz_inverse_generators(M.c, M.r) if generators is None else generators
 

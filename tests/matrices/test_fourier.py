@@ -117,3 +117,26 @@ def test_dft_real_part_inverse_where_it_exists(T):
     if T:
         with pytest.raises(sm.SingularMatrixError, match="singular"):
             sm.DFT(T, dtype=C128).imag.inv()
+
+
+@pytest.mark.parametrize("call,error,match", [
+    (lambda: sm.Fourier(torch.tensor(1.0)), ValueError, r"eigvals must have shape \(\*, T\)"),
+    (lambda: sm.Fourier.from_kernel(torch.tensor(1.0)), ValueError, r"c must have shape \(\*, T\)"),
+    (lambda: sm.Fourier.from_kernel("c"), TypeError, "c must be array-like"),
+    (lambda: sm.Fourier(torch.ones(3), dtype="float32"), TypeError, "dtype must be a floating or complex torch.dtype"),
+    (lambda: sm.Fourier.from_kernel(torch.tensor([3.0, 1.0, 0.0])).solve(torch.ones(4)), ValueError,
+     r"Y has shape \(4,\); expected \(3,\)"),
+    (lambda: sm.Fourier.from_kernel(torch.tensor([[3.0, 1.0, 0.0]] * 2)).solve(torch.ones(3, 3, 1)), ValueError,
+     r"matrix \(2,\), Y \(3,\)"),
+    (lambda: sm.DFT(-1), ValueError, "T must be a non-negative integer; got -1"),
+    (lambda: sm.DFT(2.5), ValueError, "T must be a non-negative integer; got 2.5"),
+    (lambda: sm.DFT("4"), TypeError, "T must be a non-negative integer; got str"),
+    (lambda: sm.DFT(4, part="cos"), ValueError, "part must be one of"),
+    (lambda: sm.DFT(4, dtype=torch.int64), TypeError, "dtype must be a floating or complex torch.dtype"),
+    (lambda: sm.DFT(4, scale="2"), TypeError, "scale must be a number"),
+    (lambda: sm.DFT(3).solve(torch.ones(4)), ValueError, r"Y has shape \(4,\); expected \(3,\)"),
+    (lambda: sm.DFT(3).solve(torch.tensor(1.0)), ValueError, r"Y must have shape \(3,\) or \(\*, 3, K\)"),
+])
+def test_fourier_and_dft_bad_input_names_the_argument(call, error, match):
+    with pytest.raises(error, match=match):
+        call()

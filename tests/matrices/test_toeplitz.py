@@ -115,3 +115,30 @@ def test_toeplitz_batch_shapes_broadcast_as_scipy(c_shape, r_shape):
         close(M.solve(Y), np.linalg.solve(dense, Y.numpy()), rtol=1e-8)
         close(M.inv().to_dense(), np.linalg.inv(dense), rtol=1e-8)
         close(M.T.solve(Y), np.linalg.solve(np.swapaxes(dense, -1, -2), Y.numpy()), rtol=1e-8)
+
+
+def _dominant(*shape):
+    c = torch.ones(*shape, dtype=F64)
+    c[..., 0] = 10.0
+    return c
+
+
+@pytest.mark.parametrize("call,error,match", [
+    (lambda: sm.Toeplitz(torch.ones(2, 3), torch.ones(3, 3)), ValueError, r"do not broadcast: c \(2,\), r \(3,\)"),
+    (lambda: sm.Toeplitz(torch.ones(3), torch.tensor(1.0)), ValueError, r"r must have shape \(\*, S\)"),
+    (lambda: sm.Toeplitz([[1.0, 2.0], [3.0]]), TypeError, "c must be array-like"),
+    (lambda: sm.Toeplitz(torch.ones(3), "r"), TypeError, "r must be array-like"),
+    (lambda: sm.Toeplitz(torch.ones(3), torch.ones(3), causal=True), ValueError, "r must be None"),
+    (lambda: sm.Toeplitz(_dominant(3)).solve(torch.ones(4)), ValueError, r"Y has shape \(4,\); expected \(3,\)"),
+    (lambda: sm.Toeplitz(_dominant(3)).solve(torch.ones(4, 2)), ValueError, r"Y has shape \(4, 2\); expected \(\*, 3, K\)"),
+    (lambda: sm.Toeplitz(_dominant(2, 3)).solve(torch.ones(3, 3, 2)), ValueError, r"matrix \(2,\), Y \(3,\)"),
+    (lambda: sm.Toeplitz(_dominant(3)).solve(torch.tensor(1.0)), ValueError, r"Y must have shape \(3,\) or \(\*, 3, K\)"),
+    (lambda: sm.Toeplitz.causal(_dominant(3)).solve(torch.ones(4)), ValueError, r"Y has shape \(4,\); expected \(3,\)"),
+    (lambda: sm.Toeplitz.causal(_dominant(2, 3)).solve(torch.ones(3, 3, 2)), ValueError, r"matrix \(2,\), Y \(3,\)"),
+    (lambda: sm.Toeplitz.causal(_dominant(100)).solve(torch.ones(99, 1)), ValueError, r"expected \(\*, 100, K\)"),
+    (lambda: sm.Toeplitz(torch.ones(3), torch.ones(4)).solve(torch.ones(3)), ValueError, "square"),
+    (lambda: sm.ToeplitzInverse(sm.Diagonal(torch.ones(3))), TypeError, "M must be a square Toeplitz"),
+])
+def test_toeplitz_bad_input_names_the_argument(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
