@@ -86,11 +86,6 @@ def causal_solve_dense(c: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
     return torch.linalg.solve_triangular(lower_toeplitz_dense(c), Y, upper=False)
 
 
-def _shift(v: torch.Tensor) -> torch.Tensor:
-    """``Z v``: ``(0, v_0, ..., v_{T-2})``."""
-    return torch.cat([torch.zeros_like(v[..., :1]), v[..., :-1]], dim=-1)
-
-
 @dataclasses.dataclass(eq=False)
 class InverseGenerators:
     """The four vectors of ``M^{-1} = L(p1) U(q1) + L(p2) U(q2)``, each ``(*batch, T)``.
@@ -107,6 +102,7 @@ class InverseGenerators:
 
     def __post_init__(self):
         self._spectra: dict[bool, tuple[torch.Tensor, ...]] = {}
+        self._adjoint: InverseGenerators | None = None
 
     def map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> InverseGenerators:
         """``fn`` on every vector (a cast, a move, a reshape: maps that commute with products)."""
@@ -117,6 +113,13 @@ class InverseGenerators:
 
     def conj(self) -> InverseGenerators:
         return self.map(torch.conj)
+
+    def adjoint(self) -> InverseGenerators:
+        """The generators of ``M^{-H}`` (kept, with their spectra: every backward pass solves with them)."""
+        if self._adjoint is None:
+            self._adjoint = self.transposed().conj()
+            self._adjoint._adjoint = self
+        return self._adjoint
 
     def scaled(self, s) -> InverseGenerators:
         """The generators of ``s M^{-1}``."""
@@ -276,8 +279,7 @@ class _Solve(torch.autograd.Function):
     @staticmethod
     def backward(ctx, G):
         c, r, X = ctx.saved_tensors
-        gens_h = ctx.gens.transposed().conj()
-        Lam = _Solve.apply(r.conj(), c.conj(), G, gens_h)  # M^H = Toeplitz(conj r, conj c)
+        Lam = _Solve.apply(r.conj(), c.conj(), G, ctx.gens.adjoint())  # M^H = Toeplitz(conj r, conj c)
         grad_c = grad_r = None
         if ctx.needs_input_grad[0] or ctx.needs_input_grad[1]:
             dc, dr = _diagonal_sums(Lam, X)
