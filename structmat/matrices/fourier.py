@@ -75,8 +75,9 @@ class Fourier(StructuredMatrix):
         check_finite(lam, "eigvals")
         precision = lam.dtype if dtype is None else dtype
         lam = lam.to(_spectrum_dtype(precision))
-        if real is None:  # conjugate-symmetric spectrum <=> real kernel
-            real = bool(torch.allclose(lam, _reverse_spectrum(lam).conj(), atol=0, rtol=10 * torch.finfo(lam.real.dtype).eps))
+        if real is None:  # conjugate-symmetric spectrum <=> real kernel (a complex dtype asks for a complex matrix)
+            real = not precision.is_complex or dtype is None
+            real = real and bool(torch.allclose(lam, _reverse_spectrum(lam).conj(), atol=0, rtol=10 * torch.finfo(lam.real.dtype).eps))
         self.eigvals = lam
         self.real = bool(real)
         real_dtype = precision.to_real() if precision.is_complex else precision

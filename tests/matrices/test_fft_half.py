@@ -41,6 +41,7 @@ def test_fourier_half(dt):
     for R in (M + M, M @ M, M.inv(), M.T, M.hadamard(M), M @ X, M.solve(X), M.kernel, M.diagonal()):
         assert R.dtype == dt
     assert sm.Fourier.from_kernel(c, dtype=dt).dtype == dt
+    assert sm.Fourier(M.eigvals, dtype=dt).dtype == dt and sm.Fourier(M.eigvals, dtype=torch.complex64).dtype == torch.complex64
     assert M.to(torch.float32).dtype == torch.float32 and M.to(F64).dtype == F64
     close(M.to(F64).to_dense(), dense)  # back up: the rounded entries, exactly
 
