@@ -17,7 +17,11 @@ _HALF = {torch.float16: torch.float32, torch.bfloat16: torch.float32, torch.comp
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype FFTs run in for data of ``dtype``: float32 / complex64 for the half precisions, else ``dtype``."""
+    """The dtype FFTs run in for data of ``dtype``: float32 / complex64 for the half precisions, else ``dtype``.
+
+    >>> compute_dtype(torch.float16), compute_dtype(torch.complex32), compute_dtype(torch.float64)
+    (torch.float32, torch.complex64, torch.float64)
+    """
     return _HALF.get(dtype, dtype)
 
 

@@ -72,7 +72,15 @@ def causal_inverse_series(c: torch.Tensor) -> torch.Tensor:
 
 def lower_toeplitz_dense(c: torch.Tensor) -> torch.Tensor:
     """The dense lower-triangular Toeplitz matrix ``L(c)`` (``(*, T, T)``) from ``c (*, T)``: windows of
-    ``(0, ..., 0, c)`` read backwards (one gather-free view and a flip)."""
+    ``(0, ..., 0, c)`` read backwards (one gather-free view and a flip), ``O(T^2)``.
+
+    Examples
+    --------
+    >>> lower_toeplitz_dense(torch.tensor([1.0, 2.0, 3.0]))
+    tensor([[1., 0., 0.],
+            [2., 1., 0.],
+            [3., 2., 1.]])
+    """
     T = c.shape[-1]
     if T == 0:
         return c.new_zeros(*c.shape, 0)
@@ -81,8 +89,15 @@ def lower_toeplitz_dense(c: torch.Tensor) -> torch.Tensor:
 
 
 def causal_solve_dense(c: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
-    """``L(c)^{-1} Y`` for ``Y (*, T, K)`` by one dense triangular solve (``O(T^2 K)``: the fastest way for
-    short sequences). ``c[..., 0] = 0`` gives non-finite entries: callers check."""
+    """``L(c)^{-1} Y`` for ``c (*, T)``, ``Y (*, T, K)`` by one dense triangular solve (``O(T^2 K)``: the
+    fastest way for short sequences). ``c[..., 0] = 0`` gives non-finite entries: callers check.
+
+    Examples
+    --------
+    >>> causal_solve_dense(torch.tensor([2.0, 1.0]), torch.tensor([[2.0], [3.0]]))  # [[2, 0], [1, 2]] x = y
+    tensor([[1.],
+            [1.]])
+    """
     return torch.linalg.solve_triangular(lower_toeplitz_dense(c), Y, upper=False)
 
 
@@ -224,6 +239,14 @@ def toeplitz_inverse_generators(c: torch.Tensor, r: torch.Tensor) -> InverseGene
     leading minor was nearly zero), that entry's generators come from a pivoted dense LU instead
     (:func:`_heinig_lu`: ``O(T^2)`` memory, ``O(T^3)`` time). A singular matrix (to float64 working
     precision: condition number above ``1 / eps``) raises :class:`SingularMatrixError` naming the reason.
+
+    Examples
+    --------
+    >>> c = r = torch.tensor([0.0, 1.0], dtype=torch.float64)  # [[0, 1], [1, 0]]: Levinson fails at once
+    >>> g = toeplitz_inverse_generators(c, r)
+    >>> g.apply(torch.eye(2, dtype=torch.float64))
+    tensor([[0., 1.],
+            [1., 0.]], dtype=torch.float64)
     """
     T = c.shape[-1]
     batch = torch.broadcast_shapes(c.shape[:-1], r.shape[:-1])

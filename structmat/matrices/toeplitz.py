@@ -148,6 +148,10 @@ class Toeplitz(StructuredMatrix):
         Causal: one dense triangular solve for ``T <= 64`` (``O(T^2 K)``), else the inverse power series
         (Newton, ``O(T log T)``) and one FFT product per column. General: :class:`ToeplitzInverse`
         (``O(T^2)`` setup, ``O(T log T)`` per column). Differentiable in ``c``, ``r`` and ``Y``.
+
+        >>> import torch, structmat as sm
+        >>> sm.Toeplitz(torch.tensor([0.0, 1.0]), torch.tensor([0.0, 2.0])).solve(torch.tensor([2.0, 3.0]))
+        tensor([3., 1.])
         """
         self._check_square("solve()")
         if not (self.is_causal and self.shape[-1] <= DIRECT_INVERSE_MAX):
