@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import cmath
 import math
 from collections.abc import Callable
 
@@ -26,12 +27,19 @@ from structmat.linalg.spectral import circulant_spectrum, compute_dtype, toeplit
 from structmat.linalg.toeplitz_solvers import (
     DIRECT_INVERSE_MAX,
     InverseGenerators,
-    causal_solve_dense,
+    lower_toeplitz_dense,
     toeplitz_inverse_generators,
     toeplitz_solve,
 )
 
 __all__ = ["Toeplitz", "ToeplitzInverse"]
+
+
+def _check_finite(x: torch.Tensor, name: str) -> None:
+    """:func:`check_finite` behind one reduction: a finite sum means finite entries (an inf or NaN anywhere
+    makes it inf or NaN), and torch's ``isfinite`` is four kernels, most of a short solve's time at T = 64."""
+    if finite_checks_enabled() and x.numel() and x.device.type != "meta" and not cmath.isfinite(x.sum().item()):
+        check_finite(x, name)  # the exact check, and its error (or a sum that merely overflowed)
 
 
 class Toeplitz(StructuredMatrix):
@@ -73,24 +81,32 @@ class Toeplitz(StructuredMatrix):
         c = as_tensor(c, "c")
         if c.dim() < 1:
             raise ValueError(f"c must have shape (*, T); got {tuple(c.shape)}")
-        check_finite(c, "c")
+        _check_finite(c, "c")
         self.is_causal = bool(causal)
-        if self.is_causal:  # first row (c[0], 0, ..., 0): nothing to check or broadcast
+        self._lower: torch.Tensor | None = None  # dense L(c) of a short causal matrix, once solved with
+        if self.is_causal:  # first row (c[0], 0, ..., 0): nothing to check or broadcast, built when asked for
             if r is not None:
                 raise ValueError("r must be None for a causal Toeplitz (its first row is (c[0], 0, ..., 0))")
-            self.c, self.r = c, torch.cat([c[..., :1], torch.zeros_like(c[..., 1:])], dim=-1)
+            self.c, self._r = c, None
             super().__init__(tuple(c.shape) + c.shape[-1:], c.dtype, c.device)
             return
         r = as_tensor(c.conj() if r is None else r, "r", device=c.device)
         if r.dim() < 1:
             raise ValueError(f"r must have shape (*, S); got {tuple(r.shape)}")
-        check_finite(r, "r")
+        _check_finite(r, "r")
         batch = broadcast_batch(("c", c.shape[:-1]), ("r", r.shape[:-1]))
         dtype = torch.promote_types(c.dtype, r.dtype)
         c, r = c.to(dtype).expand(*batch, c.shape[-1]), r.to(dtype).expand(*batch, r.shape[-1])
         self.c = c
-        self.r = torch.cat([c[..., :1], r[..., 1:]], dim=-1) if c.shape[-1] and r.shape[-1] else r  # r[0] := c[0]
+        self._r = torch.cat([c[..., :1], r[..., 1:]], dim=-1) if c.shape[-1] and r.shape[-1] else r  # r[0] := c[0]
         super().__init__((*batch, c.shape[-1], r.shape[-1]), dtype, c.device)
+
+    @property
+    def r(self) -> torch.Tensor:
+        """First row, ``(*, S)`` (``r[..., 0] == c[..., 0]``)."""
+        if self._r is None:
+            self._r = torch.cat([self.c[..., :1], torch.zeros_like(self.c[..., 1:])], dim=-1)
+        return self._r
 
     @classmethod
     def causal(cls, c) -> Toeplitz:
@@ -161,7 +177,8 @@ class Toeplitz(StructuredMatrix):
             return X[..., 0] if vector else X
         M, Y, vector = self._solve_operand(Y)
         work = compute_dtype(M.dtype)
-        X = causal_solve_dense(M.c.to(work), Y.to(work)).to(M.dtype)
+        X = torch.linalg.solve_triangular(M._lower_dense(work), Y if Y.dtype == work else Y.to(work), upper=False)
+        X = X if X.dtype == M.dtype else X.to(M.dtype)
         # one reduction sees any inf or NaN (a sum that overflows only sends us to the exact check)
         if finite_checks_enabled() and not math.isfinite(abs(X.sum().item())) and not bool(torch.isfinite(X).all()):
             if bool((M.c[..., 0] == 0).any()):
@@ -169,6 +186,16 @@ class Toeplitz(StructuredMatrix):
             if bool(torch.isfinite(Y).all()):  # else NaN in, NaN out, as torch.linalg.solve
                 check_overflow(X, "causal Toeplitz solve")
         return X[..., 0] if vector else X
+
+    def _lower_dense(self, work: torch.dtype) -> torch.Tensor:
+        """``L(c)`` dense in ``work``, kept for the next solve unless ``c`` needs gradients (a kept matrix would
+        carry no graph) or inference mode is on (an inference tensor could not be saved for a backward)."""
+        if self._lower is not None and self._lower.dtype == work and not self.c.requires_grad:
+            return self._lower
+        L = lower_toeplitz_dense(self.c if self.c.dtype == work else self.c.to(work))
+        if not (self.c.requires_grad or torch.is_inference_mode_enabled()):
+            self._lower = L
+        return L
 
     def _solve_operand(self, Y) -> tuple[Toeplitz, torch.Tensor, bool]:
         """:meth:`_operand` (naming ``Y``), skipping its checks for a plain vector or matrix ``Y`` of the

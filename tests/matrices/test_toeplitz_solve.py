@@ -191,3 +191,23 @@ def test_causal_solve_singular_overflow_and_nan(T):
 def test_causal_takes_no_first_row():
     with pytest.raises(ValueError, match="r must be None for a causal Toeplitz"):
         sm.Toeplitz(torch.ones(3), torch.ones(3), causal=True)
+
+
+def test_causal_short_solve_reuses_no_stale_matrix():
+    """The dense L(c) kept between short solves never hides a gradient nor leaks an inference tensor."""
+    c, y = randn(8, seed=41) / 8, randn(8, seed=42)
+    c[0] = 2.0
+    L = sm.Toeplitz.causal(c)
+    want = sl.solve_triangular(np.tril(sl.toeplitz(c.numpy())), y.numpy(), lower=True)
+    close(L.solve(y), want)
+    close(L.solve(y), want)  # from the kept matrix
+    c.requires_grad_()  # after the matrix was kept: the next solve must reach c
+    L.solve(y).sum().backward()
+    lam = np.linalg.solve(np.tril(sl.toeplitz(c.detach().numpy())).T, np.ones(8))
+    close(c.grad, [-sum(lam[i] * want[i - k] for i in range(k, 8)) for k in range(8)])
+    with torch.inference_mode():
+        M = sm.Toeplitz.causal(c.detach().clone())
+        M.solve(y)
+    yy = y.clone().requires_grad_()
+    M.solve(yy).sum().backward()  # no inference tensor kept from the solve above
+    close(yy.grad, np.linalg.solve(np.tril(sl.toeplitz(c.detach().numpy())).T, np.ones(8)))
