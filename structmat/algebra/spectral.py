@@ -47,12 +47,12 @@ def toeplitz_inverse(a: Toeplitz) -> StructuredMatrix:
 
 
 def fourier_add(a: Fourier, b: Fourier) -> Fourier:
-    return Fourier(a.eigvals + b.eigvals, real=a.real and b.real)
+    return Fourier(a.eigvals + b.eigvals, real=a.real and b.real, dtype=a.dtype)
 
 
 def fourier_matmul(a: Fourier, b: Fourier) -> Fourier:
     """Circulants commute; eigenvalues multiply."""
-    return Fourier(a.eigvals * b.eigvals, real=a.real and b.real)
+    return Fourier(a.eigvals * b.eigvals, real=a.real and b.real, dtype=a.dtype)
 
 
 def fourier_hadamard(a: Fourier, b: Fourier) -> Fourier:
@@ -63,14 +63,22 @@ def fourier_hadamard(a: Fourier, b: Fourier) -> Fourier:
 def fourier_inverse(a: Fourier) -> Fourier:
     """Reciprocal eigenvalues; singular when one is below ``T eps`` times the largest."""
     mag = a.eigvals.abs()
+    if mag.numel() == 0:
+        return Fourier(a.eigvals.clone(), real=a.real, dtype=a.dtype)
     tol = a.shape[-1] * torch.finfo(mag.dtype).eps * mag.amax(-1, keepdim=True)
     if bool((mag <= tol).any()):
         raise SingularMatrixError("Fourier mask has a (numerically) zero eigenvalue")
-    return Fourier(check_overflow(1.0 / a.eigvals, "Fourier.inv() eigenvalues"), real=a.real)
+    return Fourier(check_overflow(1.0 / a.eigvals, "Fourier.inv() eigenvalues"), real=a.real, dtype=a.dtype)
 
 
 def dft_inverse(a: DFT) -> DFT:
-    """``F^{-1} = conj(F) / T``: the transform of the opposite sign, scaled."""
-    if a.part != "full":
-        raise SingularMatrixError(f"the {a.part} part of the DFT matrix is singular for T > 2")
-    return DFT(a.n, not a.inverse, scale=1.0 / (a.n * a.scale), dtype=a.dtype, device=a.device)
+    """``F^{-1} = conj(F) / T``: the transform of the opposite sign, scaled.
+
+    The real part is invertible only for ``T <= 2``, where the DFT matrix is real and ``F^{-1} = F / T``;
+    the imaginary part only for ``T = 0``. The ``0 x 0`` matrix is its own inverse, whatever the scale.
+    """
+    if a.n == 0:
+        return a
+    if a.part == "imag" or (a.part == "real" and a.n > 2):
+        raise SingularMatrixError(f"the {a.part} part of the DFT matrix is singular for T = {a.n}")
+    return a._with(inverse=not a.inverse, scale=1.0 / (a.n * a.scale))

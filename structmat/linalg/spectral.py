@@ -2,14 +2,27 @@
 
 A ``T x S`` Toeplitz matrix embeds in a circulant of length ``n >= T + S - 1``; a circulant is
 diagonalised by the DFT, so its product with ``K`` columns costs two FFTs of length ``n`` per
-column (real FFTs for real data).
+column (real FFTs for real data). Half precisions (float16, bfloat16, complex32) transform in
+float32 / complex64 (torch's CPU FFTs have no half-precision kernels, and the design accumulates them
+in float32) and return their results in the inputs' dtype.
 """
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["fft_length", "circular_apply", "linear_convolution", "circulant_spectrum", "toeplitz_matmat"]
+__all__ = ["fft_length", "compute_dtype", "circular_apply", "linear_convolution", "circulant_spectrum", "toeplitz_matmat"]
+
+_HALF = {torch.float16: torch.float32, torch.bfloat16: torch.float32, torch.complex32: torch.complex64}
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype FFTs run in for data of ``dtype``: float32 / complex64 for the half precisions, else ``dtype``.
+
+    >>> compute_dtype(torch.float16), compute_dtype(torch.complex32), compute_dtype(torch.float64)
+    (torch.float32, torch.complex64, torch.float64)
+    """
+    return _HALF.get(dtype, dtype)
 
 
 def fft_length(n: int) -> int:
@@ -21,10 +34,11 @@ def circular_apply(Xt: torch.Tensor, spectrum: torch.Tensor, n: int, complex_: b
     """``ifft(spectrum * fft(Xt, n), n)`` along the last axis (real transforms unless ``complex_``).
 
     ``Xt (*, K, S)`` with ``S <= n`` (zero-padded to ``n``); ``spectrum (*, n)``, or ``(*, n // 2 + 1)``
-    for real transforms, broadcast over ``K``. Returns ``(*, K, n)``. The transform of ``Xt`` is
+    for real transforms, broadcast over ``K``. Returns ``(*, K, n)`` in the :func:`compute_dtype`. The transform of ``Xt`` is
     multiplied in place when the shapes allow (it has no other use), saving a pass and an allocation.
     """
     batch = torch.broadcast_shapes(Xt.shape[:-2], spectrum.shape[:-1])
+    Xt = Xt.to(compute_dtype(Xt.dtype))
     if Xt.numel() == 0 or 0 in batch:  # torch's FFT refuses empty batches
         dtype = torch.promote_types(Xt.dtype, spectrum.dtype) if complex_ else Xt.dtype
         return Xt.new_zeros((*batch, Xt.shape[-2], n), dtype=dtype)
@@ -44,9 +58,16 @@ def linear_convolution(a: torch.Tensor, b: torch.Tensor, n_out: int) -> torch.Te
     tensor([1., 3., 2.])
     """
     n = fft_length(a.shape[-1] + b.shape[-1] - 1)
-    if a.is_complex() or b.is_complex():
-        return torch.fft.ifft(torch.fft.fft(a, n) * torch.fft.fft(b, n), n)[..., :n_out]
-    return torch.fft.irfft(torch.fft.rfft(a, n) * torch.fft.rfft(b, n), n)[..., :n_out]
+    batch = torch.broadcast_shapes(a.shape[:-1], b.shape[:-1])
+    dtype = torch.promote_types(a.dtype, b.dtype)
+    if 0 in batch or not (a.shape[-1] and b.shape[-1]):  # torch's FFT refuses empty batches
+        return a.new_zeros(*batch, n_out, dtype=dtype)
+    a, b = a.to(compute_dtype(dtype)), b.to(compute_dtype(dtype))
+    if dtype.is_complex:
+        out = torch.fft.ifft(torch.fft.fft(a, n) * torch.fft.fft(b, n), n)
+    else:
+        out = torch.fft.irfft(torch.fft.rfft(a, n) * torch.fft.rfft(b, n), n)
+    return out[..., :n_out].to(dtype)
 
 
 def circulant_spectrum(c: torch.Tensor, r: torch.Tensor, complex_: bool) -> torch.Tensor:
@@ -55,6 +76,7 @@ def circulant_spectrum(c: torch.Tensor, r: torch.Tensor, complex_: bool) -> torc
     T, S = c.shape[-1], r.shape[-1]
     n = fft_length(T + S - 1)
     batch = torch.broadcast_shapes(c.shape[:-1], r.shape[:-1])
+    c, r = c.to(compute_dtype(c.dtype)), r.to(compute_dtype(r.dtype))
     col = torch.cat([c.expand(*batch, T), c.new_zeros(*batch, n - T - S + 1),
                      torch.flip(r[..., 1:], (-1,)).expand(*batch, S - 1)], dim=-1)
     if col.numel() == 0:
@@ -66,7 +88,10 @@ def toeplitz_matmat(c: torch.Tensor, r: torch.Tensor, X: torch.Tensor, spectrum:
     """``Toeplitz(c, r) @ X`` for ``c (*, T)``, ``r (*, S)``, ``X (*, S, K)`` by one circulant FFT product
     (``spectrum``: :func:`circulant_spectrum`, if already computed)."""
     T, S = c.shape[-1], r.shape[-1]
+    if T == 0 or S == 0:  # an empty side: no circulant to embed in (its length would be below T)
+        batch = torch.broadcast_shapes(c.shape[:-1], r.shape[:-1], X.shape[:-2])
+        return X.new_zeros((*batch, T, X.shape[-1]), dtype=torch.promote_types(torch.promote_types(c.dtype, r.dtype), X.dtype))
     n = fft_length(T + S - 1)
-    complex_ = c.is_complex() or r.is_complex() or X.is_complex()
-    spectrum = circulant_spectrum(c, r, complex_) if spectrum is None else spectrum
-    return circular_apply(X.transpose(-1, -2), spectrum, n, complex_)[..., :T].transpose(-1, -2)
+    dtype = torch.promote_types(torch.promote_types(c.dtype, r.dtype), X.dtype)
+    spectrum = circulant_spectrum(c, r, dtype.is_complex) if spectrum is None else spectrum
+    return circular_apply(X.transpose(-1, -2), spectrum, n, dtype.is_complex)[..., :T].transpose(-1, -2).to(dtype)

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import math
+import numbers
 
+import numpy as np
 import torch
 
 from structmat.core.base import StructuredMatrix
+from structmat.linalg.spectral import compute_dtype
 
 __all__ = ["DFT"]
 
@@ -19,6 +22,10 @@ class DFT(StructuredMatrix):
     ``part="real"`` / ``"imag"`` select ``scale * Re(.)`` / ``scale * Im(.)`` of the unscaled matrix:
     the cosine and sine masks (``DFT(T).real``). Matvec by FFT, ``O(T log T)``; ``inv()`` of the full
     matrix is exact: ``DFT(T, inverse=True, scale=1/T)``.
+
+    ``dtype`` sets the precision: the full matrix (and any part with a complex scale) is complex, the
+    real and imaginary parts are real (``float16`` gives ``complex32`` / ``float16``; ``bfloat16`` gives
+    ``complex64`` / ``bfloat16``, torch's ``to_complex``). Half precisions transform in float32.
 
     Examples
     --------
@@ -34,19 +41,25 @@ class DFT(StructuredMatrix):
 
     def __init__(self, T: int, inverse: bool = False, *, scale: complex = 1.0, part: str = "full",
                  dtype: torch.dtype = torch.complex64, device=None):
-        if isinstance(T, bool) or int(T) != T or int(T) < 0:
+        if isinstance(T, bool) or not isinstance(T, numbers.Real):
+            raise TypeError(f"T must be a non-negative integer; got {type(T).__name__}")
+        if not (float(T).is_integer() and T >= 0):
             raise ValueError(f"T must be a non-negative integer; got {T!r}")
         if part not in _PARTS:
             raise ValueError(f"part must be one of {_PARTS}; got {part!r}")
-        if not dtype.is_complex:
-            dtype = torch.promote_types(dtype, torch.complex64)
+        if not (isinstance(dtype, torch.dtype) and (dtype.is_floating_point or dtype.is_complex)):
+            raise TypeError(f"dtype must be a floating or complex torch.dtype; got {dtype!r}")
+        scale = scale.item() if isinstance(scale, (torch.Tensor, np.ndarray, np.generic)) and np.ndim(scale) == 0 else scale
+        if isinstance(scale, bool) or not isinstance(scale, numbers.Number):
+            raise TypeError(f"scale must be a number; got {type(scale).__name__}")
         self.n, self.inverse, self.scale, self.part = int(T), bool(inverse), scale, part
-        self._complex = dtype
+        self._precision = dtype.to_real() if dtype.is_complex else dtype  # float16 -> complex32, bfloat16 -> complex64
+        self._complex = compute_dtype(self._precision.to_complex())  # what the FFTs run in
         real = part != "full" and not isinstance(scale, complex)
-        super().__init__((self.n, self.n), dtype.to_real() if real else dtype, torch.device(device or "cpu"))
+        super().__init__((self.n, self.n), self._precision if real else self._precision.to_complex(), torch.device(device or "cpu"))
 
     def _with(self, **changes) -> DFT:
-        kw = dict(T=self.n, inverse=self.inverse, scale=self.scale, part=self.part, dtype=self._complex, device=self.device)
+        kw = dict(T=self.n, inverse=self.inverse, scale=self.scale, part=self.part, dtype=self._precision, device=self.device)
         kw.update(changes)
         return DFT(kw.pop("T"), kw.pop("inverse"), **kw)
 
@@ -66,29 +79,35 @@ class DFT(StructuredMatrix):
 
     def diagonal(self) -> torch.Tensor:
         t = torch.arange(self.n, device=self.device, dtype=torch.int64)
-        return self._entries((t * t) % self.n)
+        return self._roots()[(t * t) % max(self.n, 1)]
 
-    def _entries(self, ts_mod: torch.Tensor) -> torch.Tensor:
-        """Entries for products ``t s mod T`` (exact integers, so the angle is exact to rounding)."""
+    def _roots(self) -> torch.Tensor:
+        """``scale * part(exp(-+2 pi i k / T))`` for ``k = 0 .. T-1``, from float64 angles: entry ``(t, s)`` is
+        root ``t s mod T`` (an exact integer), so every entry is a correctly rounded root in any dtype."""
         sign = 1.0 if self.inverse else -1.0
-        angle = sign * 2 * math.pi * ts_mod.to(torch.float64) / max(self.n, 1)
+        angle = sign * 2 * math.pi * torch.arange(self.n, device=self.device, dtype=torch.float64) / max(self.n, 1)
         unit = torch.polar(torch.ones_like(angle), angle)
         part = {"full": unit, "real": unit.real, "imag": unit.imag}[self.part]
         return (self.scale * part).to(self.dtype)
 
     def to_dense(self) -> torch.Tensor:
-        t = torch.arange(self.n, device=self.device, dtype=torch.int64)
-        return self._entries(torch.outer(t, t) % max(self.n, 1))
+        roots, n = self._roots(), self.n
+        s = torch.arange(n, device=self.device, dtype=torch.int64)
+        out = torch.empty(n, n, dtype=self.dtype, device=self.device)
+        rows = max(1, 2**22 // max(n, 1))  # row blocks: int64 indices for all T^2 entries would be 8 bytes each
+        for start in range(0, n, rows):
+            out[start:start + rows] = roots[torch.outer(s[start:start + rows], s).remainder_(n)]
+        return out
 
     def _full(self, X: torch.Tensor) -> torch.Tensor:
-        X = X.to(self._complex)
+        X = X.to(torch.promote_types(self._complex, compute_dtype(X.dtype)))
         if X.numel() == 0:
             return X.clone()
         return torch.fft.ifft(X, dim=-2, norm="forward") if self.inverse else torch.fft.fft(X, dim=-2)
 
     def _matmat(self, X: torch.Tensor) -> torch.Tensor:
         if self.part == "full":
-            return self.scale * self._full(X)
+            return (self.scale * self._full(X)).to(torch.promote_types(self.dtype, X.dtype))
         # Re(L) X = (L X + conj(L) X) / 2 and conj(L) X = conj(L conj(X))
         both = self._full(X), self._full(X.conj()).conj()
         out = (both[0] + both[1]) / 2 if self.part == "real" else (both[0] - both[1]) / 2j
@@ -96,12 +115,19 @@ class DFT(StructuredMatrix):
         return (self.scale * out).to(torch.promote_types(self.dtype, X.dtype))
 
     def _map(self, fn) -> DFT:
-        probe = fn(torch.zeros((), dtype=self._complex, device=self.device))
+        """A cast sets the precision (a complex part stays complex: ``to(float16)`` gives ``complex32``)."""
+        probe = fn(torch.zeros((), dtype=self._precision, device=self.device))
         return self._with(dtype=probe.dtype, device=probe.device)
 
     @property
     def T(self) -> DFT:
         return self  # symmetric
+
+    def solve(self, Y) -> torch.Tensor:
+        """Solve ``M X = Y`` for ``Y (*, T, K)`` or ``(T,)``: the inverse transform, ``O(T log T)`` per column."""
+        M, Y, vector = self.inv()._operand(Y, "Y")
+        X = M._matmat(Y)
+        return X[..., 0] if vector else X
 
     def conj(self) -> DFT:
         """``conj(L)``: the transform of the opposite sign (full), else the same part with ``conj(scale)``."""

@@ -8,7 +8,7 @@ import torch
 
 from structmat.core.base import StructuredMatrix
 from structmat.core.validation import as_tensor, check_finite
-from structmat.linalg.spectral import circular_apply
+from structmat.linalg.spectral import circular_apply, compute_dtype
 from structmat.matrices.toeplitz import Toeplitz
 
 __all__ = ["Fourier"]
@@ -17,6 +17,11 @@ __all__ = ["Fourier"]
 def _reverse_spectrum(lam: torch.Tensor) -> torch.Tensor:
     """The spectrum of the circulant with kernel ``c[-k mod T]`` (``lam[-k mod T]``)."""
     return torch.roll(torch.flip(lam, (-1,)), 1, dims=-1)
+
+
+def _spectrum_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The complex dtype a spectrum is kept in for a matrix of ``dtype`` (complex64 for half precisions)."""
+    return compute_dtype(dtype if dtype.is_complex else dtype.to_complex())
 
 
 class Fourier(StructuredMatrix):
@@ -29,12 +34,22 @@ class Fourier(StructuredMatrix):
         ``c``; a real kernel keeps real results (``rfft``/``irfft``).
     real : bool, optional
         Whether the kernel is real (default: read off the conjugate symmetry of ``eigvals``).
+    dtype : torch.dtype, optional
+        The matrix's precision (default: that of ``eigvals``); the matrix is real or complex as its
+        kernel is (``float16`` gives ``complex32`` for a complex kernel, ``bfloat16`` gives
+        ``complex64``, torch's ``to_complex``).
+    device : optional
+        Where the spectrum lives (default: where ``eigvals`` is).
 
     Notes
     -----
     Matvec ``O(T log T)``; ``+``, ``@``, ``inv()``, ``.T`` and ``hadamard`` stay ``Fourier`` in
     ``O(T log T)``. ``inv()`` raises :class:`~structmat.SingularMatrixError` when an eigenvalue is
-    below ``tol * max|eigvals|`` (``tol = T eps``).
+    below ``tol * max|eigvals|`` (``tol = T eps``). Half precisions (``float16``, ``bfloat16``,
+    ``complex32``) keep the spectrum in ``complex64`` and transform in float32 (torch's CPU FFTs have no
+    half-precision kernels; the design accumulates half precisions in float32); entries and products
+    come back in the matrix's dtype. ``to(dtype)`` casts the entries as torch casts a tensor (a complex
+    kernel cast to a real dtype keeps its real part).
 
     Examples
     --------
@@ -47,37 +62,46 @@ class Fourier(StructuredMatrix):
             [0., 0., 1., 2.]])
     >>> (M.inv() @ (M @ torch.arange(4.0))).round(decimals=5)
     tensor([0., 1., 2., 3.])
+    >>> (M.to(torch.float16) @ torch.ones(4, dtype=torch.float16)).dtype
+    torch.float16
     """
 
-    def __init__(self, eigvals, *, real: bool | None = None):
-        lam = as_tensor(eigvals, "eigvals")
+    def __init__(self, eigvals, *, real: bool | None = None, dtype: torch.dtype | None = None, device=None):
+        if dtype is not None and not (isinstance(dtype, torch.dtype) and (dtype.is_floating_point or dtype.is_complex)):
+            raise TypeError(f"dtype must be a floating or complex torch.dtype; got {dtype!r}")
+        lam = as_tensor(eigvals, "eigvals", device=device)
         if lam.dim() < 1:
             raise ValueError("eigvals must have shape (*, T); got a scalar")
         check_finite(lam, "eigvals")
-        if not lam.is_complex():
-            lam = lam.to(torch.promote_types(lam.dtype, torch.complex64))
-        if real is None:  # conjugate-symmetric spectrum <=> real kernel
-            real = bool(torch.allclose(lam, _reverse_spectrum(lam).conj(), atol=0, rtol=10 * torch.finfo(lam.real.dtype).eps))
+        precision = lam.dtype if dtype is None else dtype
+        lam = lam.to(_spectrum_dtype(precision))
+        if real is None:  # conjugate-symmetric spectrum <=> real kernel (a complex dtype asks for a complex matrix)
+            real = not precision.is_complex or dtype is None
+            real = real and bool(torch.allclose(lam, _reverse_spectrum(lam).conj(), atol=0, rtol=10 * torch.finfo(lam.real.dtype).eps))
         self.eigvals = lam
         self.real = bool(real)
+        real_dtype = precision.to_real() if precision.is_complex else precision
         T = lam.shape[-1]
-        super().__init__((*lam.shape[:-1], T, T), lam.real.dtype if self.real else lam.dtype, lam.device)
+        super().__init__((*lam.shape[:-1], T, T), real_dtype if self.real else real_dtype.to_complex(), lam.device)
 
     @classmethod
-    def from_kernel(cls, c) -> Fourier:
-        """Circulant with first column ``c`` (shape ``(*, T)``)."""
-        c = as_tensor(c, "c")
+    def from_kernel(cls, c, *, dtype: torch.dtype | None = None, device=None) -> Fourier:
+        """Circulant with first column ``c`` (shape ``(*, T)``); ``dtype``, ``device`` as in the constructor."""
+        c = as_tensor(c, "c", device=device)
         if c.dim() < 1:
             raise ValueError("c must have shape (*, T); got a scalar")
         check_finite(c, "c")
-        lam = torch.fft.fft(c) if c.numel() else c.to(torch.promote_types(c.dtype, torch.complex64))
-        return cls(lam, real=not c.is_complex())
+        precision = c.dtype if dtype is None else dtype
+        work = compute_dtype(precision.to_real() if precision.is_complex else precision)
+        work = c.to(work.to_complex() if c.is_complex() else work)
+        lam = torch.fft.fft(work) if c.numel() else work.to(_spectrum_dtype(precision))
+        return cls(lam, real=not (c.is_complex() or precision.is_complex), dtype=precision)
 
     @property
     def kernel(self) -> torch.Tensor:
-        """First column ``c = ifft(eigvals)`` (real for a real circulant)."""
+        """First column ``c = ifft(eigvals)`` (real for a real circulant), in the matrix's dtype."""
         c = torch.fft.ifft(self.eigvals) if self.eigvals.numel() else self.eigvals.clone()
-        return c.real if self.real else c
+        return (c.real if self.real else c).to(self.dtype)
 
     def matvec_flops(self, K: int) -> float:
         n = self.shape[-2] + self.shape[-1]
@@ -95,26 +119,37 @@ class Fourier(StructuredMatrix):
         T = self.shape[-1]
         real = self.real and not X.is_complex()
         spectrum = self.eigvals[..., : T // 2 + 1] if real else self.eigvals
-        return circular_apply(X.transpose(-1, -2), spectrum, T, not real).transpose(-1, -2)
+        return circular_apply(X.transpose(-1, -2), spectrum, T, not real).transpose(-1, -2).to(X.dtype)
+
+    def _with(self, eigvals: torch.Tensor, real: bool | None = None) -> Fourier:
+        return Fourier(eigvals, real=self.real if real is None else real, dtype=self.dtype)
 
     def _map(self, fn) -> Fourier:
         probe = fn(torch.zeros((), dtype=self.dtype, device=self.device))
-        lam = self.eigvals.to(device=probe.device)
-        if probe.dtype != self.dtype:  # a cast: the spectrum takes the matching complex dtype
-            lam = lam.to(probe.dtype if probe.dtype.is_complex else torch.promote_types(probe.dtype, torch.complex64))
-            return Fourier(lam, real=self.real and not probe.dtype.is_complex)
-        return Fourier(fn(lam) if self.dtype.is_complex else lam, real=self.real)
+        if probe.dtype == self.dtype:  # moves, reshapes, clones: of the spectrum, seen as real pairs (never cast)
+            pairs = torch.view_as_real(self.eigvals.resolve_conj())
+            moved = fn(pairs)
+            moved = moved if moved.dtype == pairs.dtype else pairs.to(moved.device)  # a cast to this very dtype
+            return self._with(torch.view_as_complex(moved.contiguous()))
+        # a cast acts on the entries, as on a tensor: up, they stay exactly what to_dense() gave; down, they round
+        return Fourier.from_kernel(fn(self.kernel))
+
+    def solve(self, Y) -> torch.Tensor:
+        """Solve ``M X = Y`` for ``Y (*, T, K)`` or ``(T,)``: reciprocal eigenvalues, ``O(T log T)`` per column."""
+        M, Y, vector = self.inv()._operand(Y, "Y")
+        X = M._matmat(Y)
+        return X[..., 0] if vector else X
 
     @property
     def T(self) -> Fourier:
-        return Fourier(_reverse_spectrum(self.eigvals), real=self.real)
+        return self._with(_reverse_spectrum(self.eigvals))
 
     def conj(self) -> Fourier:
-        return Fourier(_reverse_spectrum(self.eigvals).conj(), real=self.real)
+        return self._with(_reverse_spectrum(self.eigvals).conj())
 
     def _scale(self, s) -> Fourier:
         real = self.real and not (isinstance(s, complex) or (torch.is_tensor(s) and s.is_complex()))
-        return Fourier(self.eigvals * s, real=real)
+        return self._with(self.eigvals * s, real=real)
 
     def to_toeplitz(self) -> Toeplitz:
         """The same circulant as a :class:`~structmat.Toeplitz` (first row ``c[-k mod T]``)."""

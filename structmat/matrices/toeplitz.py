@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import cmath
 import math
 from collections.abc import Callable
 
@@ -14,11 +15,31 @@ import torch
 
 from structmat.core.base import StructuredMatrix
 from structmat.core.lazy import Inverse
-from structmat.core.validation import SingularMatrixError, as_tensor, broadcast_batch, check_finite
-from structmat.linalg.spectral import circulant_spectrum, toeplitz_matmat
-from structmat.linalg.toeplitz_solvers import levinson_generators
+from structmat.core.validation import (
+    SingularMatrixError,
+    as_tensor,
+    broadcast_batch,
+    check_finite,
+    check_overflow,
+    finite_checks_enabled,
+)
+from structmat.linalg.spectral import circulant_spectrum, compute_dtype, toeplitz_matmat
+from structmat.linalg.toeplitz_solvers import (
+    DIRECT_INVERSE_MAX,
+    InverseGenerators,
+    lower_toeplitz_dense,
+    toeplitz_inverse_generators,
+    toeplitz_solve,
+)
 
 __all__ = ["Toeplitz", "ToeplitzInverse"]
+
+
+def _check_finite(x: torch.Tensor, name: str) -> None:
+    """:func:`check_finite` behind one reduction: a finite sum means finite entries (an inf or NaN anywhere
+    makes it inf or NaN), and torch's ``isfinite`` is four kernels, most of a short solve's time at T = 64."""
+    if finite_checks_enabled() and x.numel() and x.device.type != "meta" and not cmath.isfinite(x.sum().item()):
+        check_finite(x, name)  # the exact check, and its error (or a sum that merely overflowed)
 
 
 class Toeplitz(StructuredMatrix):
@@ -41,7 +62,8 @@ class Toeplitz(StructuredMatrix):
     general Toeplitz matrices is not Toeplitz (``T1 T2`` differs from a Toeplitz matrix by a
     low-displacement-rank term), so it stays a lazy :class:`~structmat.Product`. ``inv()`` is
     causal Toeplitz for causal matrices (``O(T log T)``), else a :class:`ToeplitzInverse`
-    (Gohberg-Semencul, ``O(T^2)`` setup by Levinson recursion, ``O(T log T)`` matvec).
+    (Gohberg-Semencul, ``O(T^2)`` setup by Levinson recursion, ``O(T log T)`` matvec; a pivoted
+    dense LU where Levinson breaks down). ``solve`` and ``inv() @`` are differentiable in ``c``, ``r``.
 
     Examples
     --------
@@ -59,22 +81,32 @@ class Toeplitz(StructuredMatrix):
         c = as_tensor(c, "c")
         if c.dim() < 1:
             raise ValueError(f"c must have shape (*, T); got {tuple(c.shape)}")
-        check_finite(c, "c")
-        if causal:
-            r = torch.zeros_like(c)
-        elif r is None:
-            r = c.conj()
-        r = as_tensor(r, "r", device=c.device)
+        _check_finite(c, "c")
+        self.is_causal = bool(causal)
+        self._lower: torch.Tensor | None = None  # dense L(c) of a short causal matrix, once solved with
+        if self.is_causal:  # first row (c[0], 0, ..., 0): nothing to check or broadcast, built when asked for
+            if r is not None:
+                raise ValueError("r must be None for a causal Toeplitz (its first row is (c[0], 0, ..., 0))")
+            self.c, self._r = c, None
+            super().__init__(tuple(c.shape) + c.shape[-1:], c.dtype, c.device)
+            return
+        r = as_tensor(c.conj() if r is None else r, "r", device=c.device)
         if r.dim() < 1:
             raise ValueError(f"r must have shape (*, S); got {tuple(r.shape)}")
-        check_finite(r, "r")
+        _check_finite(r, "r")
         batch = broadcast_batch(("c", c.shape[:-1]), ("r", r.shape[:-1]))
         dtype = torch.promote_types(c.dtype, r.dtype)
         c, r = c.to(dtype).expand(*batch, c.shape[-1]), r.to(dtype).expand(*batch, r.shape[-1])
         self.c = c
-        self.r = torch.cat([c[..., :1], r[..., 1:]], dim=-1) if c.shape[-1] and r.shape[-1] else r  # r[0] := c[0]
-        self.is_causal = bool(causal)
+        self._r = torch.cat([c[..., :1], r[..., 1:]], dim=-1) if c.shape[-1] and r.shape[-1] else r  # r[0] := c[0]
         super().__init__((*batch, c.shape[-1], r.shape[-1]), dtype, c.device)
+
+    @property
+    def r(self) -> torch.Tensor:
+        """First row, ``(*, S)`` (``r[..., 0] == c[..., 0]``)."""
+        if self._r is None:
+            self._r = torch.cat([self.c[..., :1], torch.zeros_like(self.c[..., 1:])], dim=-1)
+        return self._r
 
     @classmethod
     def causal(cls, c) -> Toeplitz:
@@ -127,9 +159,52 @@ class Toeplitz(StructuredMatrix):
         return Toeplitz(self.c * s, causal=True) if self.is_causal else Toeplitz(self.c * s, self.r * s)
 
     def solve(self, Y) -> torch.Tensor:
-        """Solve ``M X = Y``; many right-hand sides share one inverse (``O(T log T)`` each)."""
+        """Solve ``M X = Y`` for ``Y`` of shape ``(*, T, K)`` or ``(T,)`` (batches broadcast).
+
+        Causal: one dense triangular solve for ``T <= 64`` (``O(T^2 K)``), else the inverse power series
+        (Newton, ``O(T log T)``) and one FFT product per column. General: :class:`ToeplitzInverse`
+        (``O(T^2)`` setup, ``O(T log T)`` per column). Differentiable in ``c``, ``r`` and ``Y``.
+
+        >>> import torch, structmat as sm
+        >>> sm.Toeplitz(torch.tensor([0.0, 1.0]), torch.tensor([0.0, 2.0])).solve(torch.tensor([2.0, 3.0]))
+        tensor([3., 1.])
+        """
         self._check_square("solve()")
-        return self.inv().matmul(Y)
+        if not (self.is_causal and self.shape[-1] <= DIRECT_INVERSE_MAX):
+            inv = self.inv()
+            M, Y, vector = inv._operand(Y, "Y")
+            X = M._matmat(Y)
+            return X[..., 0] if vector else X
+        M, Y, vector = self._solve_operand(Y)
+        work = compute_dtype(M.dtype)
+        X = torch.linalg.solve_triangular(M._lower_dense(work), Y if Y.dtype == work else Y.to(work), upper=False)
+        X = X if X.dtype == M.dtype else X.to(M.dtype)
+        # one reduction sees any inf or NaN (a sum that overflows only sends us to the exact check)
+        if finite_checks_enabled() and not math.isfinite(abs(X.sum().item())) and not bool(torch.isfinite(X).all()):
+            if bool((M.c[..., 0] == 0).any()):
+                raise SingularMatrixError("causal Toeplitz with c[0] == 0 is singular")
+            if bool(torch.isfinite(Y).all()):  # else NaN in, NaN out, as torch.linalg.solve
+                check_overflow(X, "causal Toeplitz solve")
+        return X[..., 0] if vector else X
+
+    def _lower_dense(self, work: torch.dtype) -> torch.Tensor:
+        """``L(c)`` dense in ``work``, kept for the next solve unless ``c`` needs gradients (a kept matrix would
+        carry no graph) or inference mode is on (an inference tensor could not be saved for a backward)."""
+        if self._lower is not None and self._lower.dtype == work and not self.c.requires_grad:
+            return self._lower
+        L = lower_toeplitz_dense(self.c if self.c.dtype == work else self.c.to(work))
+        if not (self.c.requires_grad or torch.is_inference_mode_enabled()):
+            self._lower = L
+        return L
+
+    def _solve_operand(self, Y) -> tuple[Toeplitz, torch.Tensor, bool]:
+        """:meth:`_operand` (naming ``Y``), skipping its checks for a plain vector or matrix ``Y`` of the
+        matrix's dtype and device: they cost more than the solve itself at ``T = 64``."""
+        T = self.shape[-1]
+        if (isinstance(Y, torch.Tensor) and not self.batch_shape and Y.dtype == self.dtype and Y.device == self.device
+                and Y.dim() in (1, 2) and Y.shape[0] == T):
+            return self, (Y[:, None] if Y.dim() == 1 else Y), Y.dim() == 1
+        return self._operand(Y, "Y")
 
     def tril(self) -> Toeplitz:
         """Lower triangle, a causal Toeplitz."""
@@ -143,48 +218,53 @@ class Toeplitz(StructuredMatrix):
 
 
 class ToeplitzInverse(Inverse):
-    """Inverse of a square Toeplitz matrix by the Gohberg-Semencul formula.
+    """Inverse of a square Toeplitz matrix from four generator vectors (displacement rank 2)::
 
-    With ``x = M^{-1} e_0``, ``y = M^{-1} e_{T-1}`` and ``x_0 != 0``::
+        M^{-1} = L(p1) U(q1) + L(p2) U(q2)
 
-        M^{-1} = (L(x) U(J y) - L(Z y) U(Z J x)) / x_0
+    with ``L(v)`` / ``U(v)`` lower / upper triangular Toeplitz with first column / row ``v``
+    (:class:`~structmat.linalg.toeplitz_solvers.InverseGenerators`). Usually the Gohberg-Semencul
+    formula ``(L(x) U(J y) - L(Z y) U(Z J x)) / x_0`` with ``x = M^{-1} e_0``, ``y = M^{-1} e_{T-1}`` from
+    Levinson's recursion (``O(T^2)`` setup on the CPU); where Levinson breaks down (a zero leading
+    principal minor, e.g. ``c[0] = 0``) or ``x_0 = 0``, Heinig's formula from a pivoted dense LU
+    (``O(T^2)`` memory, ``O(T^3)`` time, for those matrices only). Matvec: six FFTs of length ``2T``,
+    ``O(T log T)``, differentiable in ``c``, ``r`` and the right-hand side (the backward solves with
+    ``M^H`` from the same generators). Transposes and scalings reuse the generators.
 
-    where ``L(v)`` / ``U(v)`` are lower / upper triangular Toeplitz with first column / row ``v``,
-    ``J`` reverses and ``Z`` shifts down. Setup ``O(T^2)`` (Levinson, scipy's ``solve_toeplitz``,
-    on the CPU, not differentiated); matvec four triangular FFT products, ``O(T log T)``.
+    Examples
+    --------
+    >>> import torch, structmat as sm
+    >>> M = sm.Toeplitz(torch.tensor([0.0, 1.0, 2.0]), torch.tensor([0.0, 3.0, 1.0]))  # c[0] = 0
+    >>> (M.inv() @ (M @ torch.tensor([1.0, 2.0, 3.0]))).round(decimals=4)
+    tensor([1., 2., 3.])
     """
 
-    def __init__(self, M: Toeplitz):
+    def __init__(self, M: Toeplitz, generators: InverseGenerators | None = None):
+        if not isinstance(M, Toeplitz):
+            raise TypeError(f"M must be a square Toeplitz matrix; got {type(M).__name__}")
         super().__init__(M)
-        x, y = levinson_generators(M.c, M.r, M.batch_shape)
-        if bool((x[..., 0] == 0).any()):
-            raise SingularMatrixError("Gohberg-Semencul needs (M^{-1})[0, 0] != 0")
-        zero = torch.zeros_like(x[..., :1])
-        jy, jx = torch.flip(y, (-1,)), torch.flip(x, (-1,))
-        self._L1, self._U1 = x, jy
-        self._L2 = torch.cat([zero, y[..., :-1]], dim=-1)
-        self._U2 = torch.cat([zero, jx[..., :-1]], dim=-1)
-        self._x0 = x[..., 0]
+        self.generators = toeplitz_inverse_generators(M.c, M.r) if generators is None else generators
 
     def _matmat(self, X: torch.Tensor) -> torch.Tensor:
-        zeros = torch.zeros_like(self._L1)
-        first = toeplitz_matmat(self._L1, zeros, toeplitz_matmat(_first(self._U1), self._U1, X))
-        second = toeplitz_matmat(self._L2, zeros, toeplitz_matmat(_first(self._U2), self._U2, X))
-        return (first - second) / self._x0[..., None, None]
+        work = compute_dtype(X.dtype)  # half precisions solve in float32, as their generators are kept
+        return toeplitz_solve(self.M.c.to(work), self.M.r.to(work), X.to(work), self.generators).to(X.dtype)
+
+    def to_dense(self) -> torch.Tensor:
+        """``M^{-1}`` from the generators (``O(T^2 log T)``), differentiable in ``c``, ``r``."""
+        T = self.shape[-1]
+        eye = torch.eye(T, dtype=compute_dtype(self.dtype), device=self.device)
+        return self._matmat(eye.to(self.dtype).expand(*self.batch_shape, T, T))
 
     def _map(self, fn) -> ToeplitzInverse:
-        return ToeplitzInverse(self.M._map(fn))
+        probe = fn(torch.zeros((), dtype=self.dtype, device=self.device))
+        if torch.promote_types(self.dtype, probe.dtype) != probe.dtype:  # a downcast: the inverse of another matrix
+            return ToeplitzInverse(self.M._map(fn))
+        work = compute_dtype(probe.dtype)  # upcasts, moves, reshapes, conj: the generators follow
+        return ToeplitzInverse(self.M._map(fn), self.generators.map(lambda t: fn(t).to(work)))
 
     @property
     def T(self) -> ToeplitzInverse:
-        return ToeplitzInverse(self.M.T)
+        return ToeplitzInverse(self.M.T, self.generators.transposed())
 
     def _scale(self, s) -> ToeplitzInverse:
-        return ToeplitzInverse(self.M * (1.0 / s))
-
-
-def _first(row: torch.Tensor) -> torch.Tensor:
-    """Column of an upper-triangular Toeplitz with first row ``row``: ``row[0]`` then zeros."""
-    out = torch.zeros_like(row)
-    out[..., 0] = row[..., 0]
-    return out
+        return ToeplitzInverse(self.M * (1.0 / s), self.generators.scaled(s))

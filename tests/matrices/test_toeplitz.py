@@ -90,3 +90,55 @@ def test_decay_toeplitz_equals_oness_decay():
     T, g = 50, 0.9
     L = sm.Toeplitz.causal(torch.tensor(g, dtype=F64) ** torch.arange(T, dtype=F64))
     close(L.to_dense(), sm.OneSS.decay(torch.tensor(g, dtype=F64), T).to_dense())
+
+
+@pytest.mark.parametrize("c_shape,r_shape", [((2, 3, 4), (5,)), ((2, 1, 4), (1, 3, 5)), ((2, 3, 4), (4,)),
+                                             ((2, 1, 4), (1, 3, 4)), ((4,), (3, 4)), ((2, 4), (4,))])
+def test_toeplitz_batch_shapes_broadcast_as_scipy(c_shape, r_shape):
+    """``c`` and ``r`` batch shapes broadcast as in scipy's ``toeplitz`` (scipy >= 1.17 batches it)."""
+    c, r = rand(*c_shape, seed=1), rand(*r_shape, seed=2)
+    c[..., 0] += 4.0  # dominant diagonal for the square cases (r[0] is ignored)
+    M = sm.Toeplitz(c, r)
+    dense = sl.toeplitz(c.numpy(), r.numpy())
+    assert M.shape == dense.shape
+    close(M.to_dense(), dense)
+    X = rand(r_shape[-1], 2, seed=3)
+    close(M @ X, dense @ X.numpy())
+    close(M.matmat_fn()(X), dense @ X.numpy())
+    close(M.T.to_dense(), np.swapaxes(dense, -1, -2))
+    close(M.T @ rand(c_shape[-1], seed=4), np.swapaxes(dense, -1, -2) @ rand(c_shape[-1], seed=4).numpy())
+    other = sm.Toeplitz(rand(c_shape[-1], seed=5), rand(*r_shape, seed=6))
+    assert isinstance(M + other, sm.Toeplitz)
+    close((M + other).to_dense(), dense + sl.toeplitz(other.c.numpy(), other.r.numpy()))
+    if c_shape[-1] == r_shape[-1]:
+        Y = rand(c_shape[-1], 3, seed=7)
+        close(M.solve(Y), np.linalg.solve(dense, Y.numpy()), rtol=1e-8)
+        close(M.inv().to_dense(), np.linalg.inv(dense), rtol=1e-8)
+        close(M.T.solve(Y), np.linalg.solve(np.swapaxes(dense, -1, -2), Y.numpy()), rtol=1e-8)
+
+
+def _dominant(*shape):
+    c = torch.ones(*shape, dtype=F64)
+    c[..., 0] = 10.0
+    return c
+
+
+@pytest.mark.parametrize("call,error,match", [
+    (lambda: sm.Toeplitz(torch.ones(2, 3), torch.ones(3, 3)), ValueError, r"do not broadcast: c \(2,\), r \(3,\)"),
+    (lambda: sm.Toeplitz(torch.ones(3), torch.tensor(1.0)), ValueError, r"r must have shape \(\*, S\)"),
+    (lambda: sm.Toeplitz([[1.0, 2.0], [3.0]]), TypeError, "c must be array-like"),
+    (lambda: sm.Toeplitz(torch.ones(3), "r"), TypeError, "r must be array-like"),
+    (lambda: sm.Toeplitz(torch.ones(3), torch.ones(3), causal=True), ValueError, "r must be None"),
+    (lambda: sm.Toeplitz(_dominant(3)).solve(torch.ones(4)), ValueError, r"Y has shape \(4,\); expected \(3,\)"),
+    (lambda: sm.Toeplitz(_dominant(3)).solve(torch.ones(4, 2)), ValueError, r"Y has shape \(4, 2\); expected \(\*, 3, K\)"),
+    (lambda: sm.Toeplitz(_dominant(2, 3)).solve(torch.ones(3, 3, 2)), ValueError, r"matrix \(2,\), Y \(3,\)"),
+    (lambda: sm.Toeplitz(_dominant(3)).solve(torch.tensor(1.0)), ValueError, r"Y must have shape \(3,\) or \(\*, 3, K\)"),
+    (lambda: sm.Toeplitz.causal(_dominant(3)).solve(torch.ones(4)), ValueError, r"Y has shape \(4,\); expected \(3,\)"),
+    (lambda: sm.Toeplitz.causal(_dominant(2, 3)).solve(torch.ones(3, 3, 2)), ValueError, r"matrix \(2,\), Y \(3,\)"),
+    (lambda: sm.Toeplitz.causal(_dominant(100)).solve(torch.ones(99, 1)), ValueError, r"expected \(\*, 100, K\)"),
+    (lambda: sm.Toeplitz(torch.ones(3), torch.ones(4)).solve(torch.ones(3)), ValueError, "square"),
+    (lambda: sm.ToeplitzInverse(sm.Diagonal(torch.ones(3))), TypeError, "M must be a square Toeplitz"),
+])
+def test_toeplitz_bad_input_names_the_argument(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
