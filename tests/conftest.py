@@ -15,6 +15,10 @@ if not torch.cuda.is_available():  # Triton kernels run under the interpreter (s
 
 from hypothesis import settings  # noqa: E402
 
+# The tests' tensors are small: a second intra-op thread only adds stalls when a neighbour holds the
+# other core (CI has two), slowing small-op paths by an order of magnitude.
+torch.set_num_threads(1)
+
 settings.register_profile("ci", max_examples=25, deadline=None)
 settings.register_profile("long", max_examples=500, deadline=None)
 settings.load_profile(os.environ.get("STRUCTMAT_TEST_PROFILE", "ci"))
