@@ -69,7 +69,7 @@ class OneSS(SSS):
         self.c = None if c is None else self._scaling(c, "c", log_a, dtype)
         if dtype is not None and dtype.is_complex and self.b is None and self.c is None:
             self.c = torch.ones(log_a.shape, dtype=dtype, device=log_a.device)
-        ones = torch.ones((*log_a.shape, 1), dtype=log_a.dtype, device=log_a.device)
+        ones = torch.ones((), dtype=log_a.dtype, device=log_a.device).expand(*log_a.shape, 1)  # no T-long buffer
         B = ones if self.b is None else self.b[..., None]
         C = ones if self.c is None else self.c[..., None]
         with trusted_parameters():  # checked above, once
@@ -142,7 +142,8 @@ class OneSS(SSS):
         check_finite(g, "gamma")
         if finite_checks_enabled() and bool((g < 0).any()):
             raise ValueError("gamma must be >= 0")
-        return cls(safe_log(g)[..., None].expand(*g.shape, T))
+        with trusted_parameters():  # gamma checked above: not its T-fold expansion again
+            return cls(safe_log(g)[..., None].expand(*g.shape, T))
 
     def solve(self, Y) -> torch.Tensor:
         """Solve ``M X = Y`` through the exact bidiagonal inverse: ``O(T K)``, no scan."""
