@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from structmat.core.base import StructuredMatrix
+from structmat.core.dtypes import complex_dtype, real_dtype
 from structmat.linalg.spectral import compute_dtype
 
 __all__ = ["DFT"]
@@ -53,10 +54,10 @@ class DFT(StructuredMatrix):
         if isinstance(scale, bool) or not isinstance(scale, numbers.Number):
             raise TypeError(f"scale must be a number; got {type(scale).__name__}")
         self.n, self.inverse, self.scale, self.part = int(T), bool(inverse), scale, part
-        self._precision = dtype.to_real() if dtype.is_complex else dtype  # float16 -> complex32, bfloat16 -> complex64
-        self._complex = compute_dtype(self._precision.to_complex())  # what the FFTs run in
+        self._precision = real_dtype(dtype)  # float16 -> complex32, bfloat16 -> complex64
+        self._complex = compute_dtype(complex_dtype(self._precision))  # what the FFTs run in
         real = part != "full" and not isinstance(scale, complex)
-        super().__init__((self.n, self.n), self._precision if real else self._precision.to_complex(), torch.device(device or "cpu"))
+        super().__init__((self.n, self.n), self._precision if real else complex_dtype(self._precision), torch.device(device or "cpu"))
 
     def _with(self, **changes) -> DFT:
         kw = dict(T=self.n, inverse=self.inverse, scale=self.scale, part=self.part, dtype=self._precision, device=self.device)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from structmat.core.dtypes import real_dtype
 from structmat.core.transitions import Transitions
 from structmat.core.validation import as_tensor, check_finite, finite_checks_enabled, trusted_parameters
 from structmat.linalg.first_order import first_order_scan
@@ -57,7 +58,7 @@ class OneSS(SSS):
 
     def __init__(self, log_a, *, b=None, c=None, lower: bool = True, dtype: torch.dtype | None = None, device=None):
         self.decays = None  # the decays themselves where the matrix was built from them (exact gradients at 0)
-        real = None if dtype is None else (dtype.to_real() if dtype.is_complex else dtype)
+        real = None if dtype is None else real_dtype(dtype)
         log_a = as_tensor(log_a, "log_a", dtype=real, device=device)
         if log_a.is_complex():
             raise TypeError("log_a must be real (log of non-negative decays)")
