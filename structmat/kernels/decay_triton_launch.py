@@ -176,36 +176,21 @@ def _group_args(x, dy, B, C):
     return (*x.stride(), *dy.stride(), *B.stride(), *C.stride())
 
 
-def _launch_dc(x, dy, cs, s_ht, B, C, seq_idx, slo, rpart, chunk, bm, warp, debug=False):
-    """``dC`` (its dtype); writes its row sums of ``V`` for ``d log_a`` into ``rpart``."""
+def _launch_group_grad(kernel, target, x, dy, cs, s_ht, B, C, seq_idx, state, rpart, chunk, bm, warp, debug=False):
+    """``dC`` (``target`` is ``C``, ``state`` the states ``slo``; row sums of ``V`` into ``rpart``) or ``dB``
+    (``target`` is ``B``, ``state`` the state gradients ``glo``; column sums): one launch shape for both."""
     b, T, H, P = x.shape
     G, N = B.shape[2], B.shape[3]
     NC = triton.cdiv(T, chunk)
-    dC = _alloc(C.shape, C.dtype, x.device, debug)
-    _bwd.decay_bwd_dc_kernel[(NC * (chunk // bm), b * G)](
-        x, dy, cs, s_ht if s_ht is not None else cs, B, C, seq_idx if seq_idx is not None else cs, slo,
-        dC, rpart,
+    grad = _alloc(target.shape, target.dtype, x.device, debug)
+    kernel[(NC * (chunk // bm), b * G)](
+        x, dy, cs, s_ht if s_ht is not None else cs, B, C, seq_idx if seq_idx is not None else cs, state,
+        grad, rpart,
         T, H, H // G, G, b, NC, P, N, *_group_args(x, dy, B, C),
         CHUNK=chunk, BM=bm, BN=_pow2(N), BP=_pow2(P), HAS_SCALE=s_ht is not None, HAS_SEQ=seq_idx is not None,
         PREC=_precision(x.dtype), num_warps=warp,
     )
-    return dC
-
-
-def _launch_db(x, dy, cs, s_ht, B, C, seq_idx, glo, rpart, chunk, bm, warp, debug=False):
-    """``dB`` (its dtype); writes its column sums of ``V`` for ``d log_a`` into ``rpart``."""
-    b, T, H, P = x.shape
-    G, N = B.shape[2], B.shape[3]
-    NC = triton.cdiv(T, chunk)
-    dB = _alloc(B.shape, B.dtype, x.device, debug)
-    _bwd.decay_bwd_db_kernel[(NC * (chunk // bm), b * G)](
-        x, dy, cs, s_ht if s_ht is not None else cs, B, C, seq_idx if seq_idx is not None else cs, glo,
-        dB, rpart,
-        T, H, H // G, G, b, NC, P, N, *_group_args(x, dy, B, C),
-        CHUNK=chunk, BM=bm, BN=_pow2(N), BP=_pow2(P), HAS_SCALE=s_ht is not None, HAS_SEQ=seq_idx is not None,
-        PREC=_precision(x.dtype), num_warps=warp,
-    )
-    return dB
+    return grad
 
 
 def _launch_dx(x, dy, cs, s_ht, B, C, D, seq_idx, glo, chunk, bm, warp, split=1, debug=False):
@@ -261,8 +246,8 @@ def backward(dout, dfinal, x, log_a, B, C, scale, D, z, seq_idx, slo, ypre, has_
                                          warps[6], debug)
     s_ht = scale.transpose(1, 2).contiguous() if scale is not None else None  # (b, h, T): rows of a head
     rpart = _alloc((NBLK + 2, b, H, T), torch.float32, x.device, debug)
-    dC = _launch_dc(x, dy, cs, s_ht, B, C, seq_idx, slo, rpart, chunk, bm, warps[2], debug)
-    dB = _launch_db(x, dy, cs, s_ht, B, C, seq_idx, glo, rpart, chunk, bm, warps[3], debug)
+    dC = _launch_group_grad(_bwd.decay_bwd_dc_kernel, C, x, dy, cs, s_ht, B, C, seq_idx, slo, rpart, chunk, bm, warps[2], debug)
+    dB = _launch_group_grad(_bwd.decay_bwd_db_kernel, B, x, dy, cs, s_ht, B, C, seq_idx, glo, rpart, chunk, bm, warps[3], debug)
     dx, ds, dDp = _launch_dx(x, dy, cs, s_ht, B, C, D, seq_idx, glo, chunk, bm, warps[4], warps[7], debug)
     dla = _launch_dla(rpart, jump, T, chunk, bm, debug).transpose(1, 2)
     if scale is not None:
