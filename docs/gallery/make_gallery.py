@@ -22,7 +22,6 @@ import structmat as sm  # noqa: E402
 OUT = Path(__file__).resolve().parent
 T = 32
 F64 = torch.float64
-torch.set_num_threads(1)
 
 
 def _gen(seed: int) -> tuple:
@@ -228,6 +227,7 @@ FIGURES = {
 
 
 def main() -> None:
+    torch.set_num_threads(1)  # the same pictures on any machine
     for name, build in FIGURES.items():
         draw(build(), name)
     total = sum(p.stat().st_size for p in OUT.glob("*.png"))
