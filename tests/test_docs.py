@@ -91,3 +91,17 @@ def test_the_parser_finds_blocks_and_their_lines():
     found = [(line, info) for line, info, _ in code_blocks(text) if runs(info)]
     assert found == [(3, "python"), (8, 'python title="a"'), (14, 'python exec="on"')]
     assert code_blocks(text)[1][2] == "y = x"
+
+
+def _readme_command(marker: str) -> str:
+    """The fenced command after ``<!-- marker -->`` in the README (what .ci/run reads for the tests)."""
+    text = (ROOT / "README.md").read_text()
+    after = text.split(f"<!-- {marker} -->", 1)[1]
+    return code_blocks(after)[0][2].strip()
+
+
+def test_install_page_copies_the_readme_commands():
+    page = (DOCS / "getting_started" / "install.md").read_text()
+    commands = [code for _, info, code in code_blocks(page) if info == "bash"]
+    for marker in ("tour-command", "test-command"):
+        assert _readme_command(marker) in commands, f"docs/getting_started/install.md lacks the README's {marker}"
