@@ -105,3 +105,17 @@ def test_install_page_copies_the_readme_commands():
     commands = [code for _, info, code in code_blocks(page) if info == "bash"]
     for marker in ("tour-command", "test-command"):
         assert _readme_command(marker) in commands, f"docs/getting_started/install.md lacks the README's {marker}"
+
+
+def test_api_reference_covers_the_public_names():
+    """Every name of ``structmat.__all__`` and ``structmat.nn.__all__`` has an entry in ``docs/api/``."""
+    import structmat
+    import structmat.nn
+
+    text = "\n".join(p.read_text() for p in sorted((DOCS / "api").glob("*.md")))
+    documented = set(re.findall(r"^::: ([\w.]+)", text, re.M))
+    documented |= {f"{ident}.{m}" for ident, members in re.findall(r"^::: ([\w.]+)\n(?:\s+.*\n)*?\s+members: \[([^\]]*)\]", text, re.M)
+                   for m in re.split(r"\s*,\s*", members.strip())}
+    names = [n for n in structmat.__all__ if n != "nn"] + [f"nn.{n}" for n in structmat.nn.__all__]
+    missing = [n for n in names if not any(d == f"structmat.{n}" or d.endswith("." + n.split(".")[-1]) for d in documented)]
+    assert not missing, f"no API entry for {missing}"
