@@ -114,8 +114,8 @@ def test_api_reference_covers_the_public_names():
 
     text = "\n".join(p.read_text() for p in sorted((DOCS / "api").glob("*.md")))
     documented = set(re.findall(r"^::: ([\w.]+)", text, re.M))
-    documented |= {f"{ident}.{m}" for ident, members in re.findall(r"^::: ([\w.]+)\n(?:[ \t]+.*\n)*?[ \t]+members: \[([^\]]*)\]", text, re.M)
-                   for m in re.split(r"\s*,\s*", members.strip())}
+    with_members = re.findall(r"^::: ([\w.]+)\n(?:[ \t]+.*\n)*?[ \t]+members: \[([^\]]*)\]", text, re.M)
+    documented |= {f"{ident}.{m}" for ident, members in with_members for m in re.split(r"\s*,\s*", members.strip())}
     names = [n for n in structmat.__all__ if n != "nn"] + [f"nn.{n}" for n in structmat.nn.__all__]
     missing = [n for n in names if not any(d == f"structmat.{n}" or d.endswith("." + n.split(".")[-1]) for d in documented)]
     assert not missing, f"no API entry for {missing}"
