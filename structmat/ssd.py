@@ -166,6 +166,8 @@ def ssd(x, dt, A, B, C, chunk_size: int = 256, D=None, z=None, dt_bias=None, ini
     backend : {"auto", "torch", "triton"}, keyword only; ``auto`` takes the Triton kernels for CUDA
         tensors (float32/16-bit, ``dt A <= 0``), else torch.
 
+    Notes
+    -----
     Returns ``out`` (like ``x``), then ``final_states`` and ``varlen_states`` if asked (float32 states;
     float64 for float64 inputs). ``O(b l h L (n + p))`` work, ``O(b l h p)`` memory.
 

@@ -60,6 +60,8 @@ def sma_step(state, q_t, k_t, v_t, A, B_t, C_t, D_t=None, *, scale: float = 1.0)
         ``Transitions.from_log(log_a[..., None])`` with ``log_a (B, H)``). Unused when ``state`` is None.
     B_t, C_t : ``(B|1, H|1, n)``;  D_t : ``(B|1, H|1)``, optional (default ``C_t . B_t``).
 
+    Notes
+    -----
     ``y_t = q_t . (C_t^T A S) + D_t (q_t . k_t) v_t`` and ``S <- A S + B_t k_t v_t^T``; ``O(H n N P)``.
 
     Examples

@@ -37,10 +37,9 @@ class SSS(StructuredMatrix):
     dtype, device : optional
         Convert the parameters (as ``torch.as_tensor``); by default they keep theirs.
 
-    All parameters share the number of batch dims (sizes broadcast). ``order == N``.
-
     Notes
     -----
+    All parameters share the number of batch dims (sizes broadcast). ``order == N``.
     Matvec ``O(T N K)`` for scalar and diagonal ``A``, ``O(T N^2 K)`` for dense ``A``; memory
     ``O(T N K)``. ``solve`` is a block forward substitution, ``O(T (L + N) K)``.
 

@@ -17,6 +17,8 @@ class GatedRMSNorm(nn.Module):
     ----------
     hidden_size : int;  eps : float;  group_size : int, optional (default: one group);  norm_before_gate : bool
 
+    Notes
+    -----
     Shapes: ``x, z (*, hidden_size)``. The parameter is ``weight (hidden_size,)``, as in mamba_ssm and
     HuggingFace's ``MambaRMSNormGated``.
 

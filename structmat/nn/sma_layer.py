@@ -56,6 +56,8 @@ class SMA(nn.Module):
         Block length of the chunked order (the device's by default).
     norm, gate, bias : the output gated RMSNorm, the gate ``silu(z)``, biases of the projections.
 
+    Notes
+    -----
     Shapes: ``forward(u (B, T, d_model)) -> (B, T, d_model)``; ``step(u_t (B, 1, d_model), state)
     -> (y_t (B, 1, d_model), state)``. The contraction order is ``sma``'s planner's.
 
