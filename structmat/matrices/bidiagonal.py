@@ -24,7 +24,7 @@ class Bidiagonal(StructuredMatrix):
 
     Notes
     -----
-    Matvec ``O(T K)``; ``inv()`` is a :class:`~structmat.OneSS` (with ``b``), ``O(T)``.
+    Matvec ``O(T K)``; ``inv()`` is a :class:`~structmat.OneSS` (with ``b``, and ``c`` for the signs), ``O(T)``.
     As an SSS it has order 2 (``to_sss``): with ``M[j, i] = C_j^T A_j ... A_{i+1} B_i`` the
     output always passes through ``A_j``, so a lone subdiagonal needs a two-state shift register.
 

@@ -51,7 +51,9 @@ class Quasiseparable(StructuredMatrix):
     -----
     Matvec: one forward and one backward scan, ``O(T (n_l + n_u) K)`` for diagonal transitions.
     ``+`` and ``@`` with ``Quasiseparable``, ``SSS``, ``OneSS`` and ``Diagonal`` stay quasiseparable
-    (orders add); ``inv()`` keeps the orders (structured LU, then ``U^{-1} L^{-1}``).
+    (orders add); ``inv()`` runs Eidelman and Gohberg's direct recursion (stable in float32) and keeps
+    the orders, except that a side may need one more state (the LION decay mask, an inverse
+    tridiagonal, gives orders ``(2, 2)``: docs/deviations.md).
 
     Examples
     --------
