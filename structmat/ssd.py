@@ -10,12 +10,19 @@ the primitive of :mod:`structmat.kernels.chunked_decay` with log decays ``dt A``
 from __future__ import annotations
 
 import math
+import numbers
 import os
 
 import torch
 import torch.nn.functional as F
 
-from structmat.core.validation import check_finite, finite_checks_enabled
+from structmat.core.validation import (
+    check_finite,
+    check_positive_int,
+    check_same_device,
+    check_tensor,
+    finite_checks_enabled,
+)
 from structmat.kernels.chunked_decay import chunked_decay, states_after, triton_applies
 
 __all__ = ["ssd", "ssd_step", "process_dt"]
@@ -42,9 +49,28 @@ def _shape(name: str, t, shape) -> None:
         raise ValueError(f"{name} must have shape {tuple(shape)}; got {tuple(t.shape)}")
 
 
+def _check_types(required: dict, optional: dict) -> None:
+    """Every argument a tensor (the optional ones may be None), on the device of the first."""
+    first_name, first = next(iter(required.items()))
+    for name, t in (*required.items(), *optional.items()):
+        check_tensor(t, name, optional=name in optional)
+        if t is not None:
+            check_same_device(t, name, first, first_name)
+
+
+def _check_limit(dt_limit) -> None:
+    if not (isinstance(dt_limit, (tuple, list)) and len(dt_limit) == 2 and all(isinstance(d, numbers.Real) for d in dt_limit)):
+        raise TypeError(f"dt_limit must be a pair (min, max) of numbers; got {dt_limit!r}")
+    if not dt_limit[0] <= dt_limit[1]:
+        raise ValueError(f"dt_limit must be (min, max) with min <= max; got {tuple(dt_limit)}")
+
+
 def _check(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, dt_limit):
     if not isinstance(x, torch.Tensor) or x.dim() != 4:
         raise ValueError(f"x must have shape (batch, seqlen, nheads, headdim); got {tuple(getattr(x, 'shape', ()))}")
+    _check_types(dict(x=x, dt=dt, A=A, B=B, C=C), dict(D=D, z=z, dt_bias=dt_bias, initial_states=initial_states,
+                                                      seq_idx=seq_idx, cu_seqlens=cu_seqlens))
+    _check_limit(dt_limit)
     b, l, h, p = x.shape
     _shape("dt", dt, (b, l, h))
     _shape("A", A, (h,))
@@ -62,14 +88,7 @@ def _check(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, c
         raise ValueError(f"initial_states must have shape ({b}, {h}, {p}, {B.shape[3]}) or, one per packed sequence, "
                          f"({cu_seqlens.numel() - 1}, {h}, {p}, {B.shape[3]}); got {tuple(initial_states.shape)}")
     _shape("seq_idx", seq_idx, (b, l))
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f"chunk_size must be a positive int; got {chunk_size!r}")
-    if len(tuple(dt_limit)) != 2 or not dt_limit[0] <= dt_limit[1]:
-        raise ValueError(f"dt_limit must be (min, max) with min <= max; got {tuple(dt_limit)}")
-    for name, t in (("dt", dt), ("A", A), ("B", B), ("C", C), ("D", D), ("z", z), ("dt_bias", dt_bias),
-                    ("initial_states", initial_states), ("seq_idx", seq_idx), ("cu_seqlens", cu_seqlens)):
-        if t is not None and t.device != x.device:
-            raise ValueError(f"{name} is on {t.device} but x is on {x.device}")
+    check_positive_int(chunk_size, "chunk_size")
     if finite_checks_enabled():
         check_finite(A, "A")
         if seq_idx is not None and l > 1 and not bool((seq_idx[:, 1:] >= seq_idx[:, :-1]).all()):
@@ -218,6 +237,16 @@ def _varlen_states(x, log_a, B, chunk_states, cu_seqlens, dtp, seq_idx, chunk: i
     return out
 
 
+def _check_step(state, x, dt, A, B, C, D, z, dt_bias) -> None:
+    """Types, devices and the layout (with or without the heads axis) that ``state`` sets for the others."""
+    _check_types(dict(state=state, x=x, dt=dt, A=A, B=B, C=C), dict(D=D, z=z, dt_bias=dt_bias))
+    if not (state.is_floating_point() or state.is_complex()):  # the new state is written into it
+        raise TypeError(f"state must be a floating tensor (updated in place); got {state.dtype}")
+    if state.dim() not in (3, 4) or x.dim() != state.dim() - 1:
+        raise ValueError(f"state must have shape (batch, nheads, headdim, dstate) with x (batch, nheads, headdim), or "
+                         f"(batch, dim, dstate) with x (batch, dim); got state {tuple(state.shape)} and x {tuple(x.shape)}")
+
+
 def ssd_step(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus: bool = False):
     """One decoding step with ``selective_state_update``'s arguments; ``state`` is updated in place.
 
@@ -238,6 +267,7 @@ def ssd_step(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus: b
     >>> sm.ssd_step(state, x, dt, A, B, C)[0, 0]
     tensor([2., 2., 2.])
     """
+    _check_step(state, x, dt, A, B, C, D, z, dt_bias)
     heads = state.dim() == 4
     lift = lambda t, dim: None if t is None else (t if heads else t.unsqueeze(dim))  # noqa: E731
     st, x_, dt_, A_, B_, C_ = lift(state, 1), lift(x, 1), lift(dt, 1), lift(A, 0), lift(B, 1), lift(C, 1)
@@ -246,7 +276,7 @@ def ssd_step(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus: b
     _shape("x", x_, (b, h, p))
     _shape("dt", dt_, (b, h, p))
     _shape("A", A_, (h, p, n))
-    if B_.dim() != 3 or B_.shape[0] != b or B_.shape[2] != n or h % B_.shape[1] or C_.shape != B_.shape:
+    if B_.dim() != 3 or B_.shape[0] != b or B_.shape[2] != n or B_.shape[1] == 0 or h % B_.shape[1] or C_.shape != B_.shape:
         raise ValueError(f"B and C must have shape ({b}, ngroups, {n}) with nheads={h} a multiple of ngroups; "
                          f"got {tuple(B_.shape)} and {tuple(C_.shape)}")
     _shape("D", D_, (h, p))

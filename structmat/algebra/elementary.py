@@ -125,7 +125,9 @@ def sss_bidiagonal_matmul(m: SSS, a: Bidiagonal) -> SSS:
 def bidiagonal_inverse(a: Bidiagonal) -> OneSS:
     """Exact inverse as a :class:`~structmat.OneSS`: ``x_t = (y_t - sub_{t-1} x_{t-1}) / diag_t``.
 
-    Negative ratios are carried by signs in ``b`` and ``c`` so the decays stay in log space.
+    The ratios ``r_t = -sub_{t-1} / diag_t`` enter as decays ``|r_t|`` (log space) and phases
+    ``r_t / |r_t|`` (signs for real entries) carried by ``b`` and ``c``: the cumulative phases have
+    modulus one, so complex matrices invert as real ones do, with no growth or cancellation.
     """
     if not a.lower:
         return bidiagonal_inverse(a.T).T
@@ -133,11 +135,10 @@ def bidiagonal_inverse(a: Bidiagonal) -> OneSS:
         raise SingularMatrixError("Bidiagonal has a zero diagonal entry")
     batch = a.batch_shape
     diag, sub = a.diag.expand(*batch, a.shape[-1]), a.sub.expand(*batch, a.sub.shape[-1])
-    if sub.is_complex() or diag.is_complex():
-        raise TypeError("Bidiagonal.inv() as OneSS needs real entries; use to_sss().inv()")
     ratio = check_overflow(torch.cat([torch.ones_like(diag[..., :1]), -sub / diag[..., 1:]], dim=-1), "Bidiagonal.inv() decays")
-    sign = torch.cumprod(torch.where(ratio < 0, -1.0, 1.0).to(ratio.dtype), dim=-1)
-    return OneSS(safe_log(ratio.abs()), b=check_overflow(sign / diag, "Bidiagonal.inv() scaling"), c=sign)
+    size = ratio.abs()
+    phase = torch.cumprod(torch.where(size > 0, ratio / torch.where(size > 0, size, 1.0), 1.0), dim=-1)
+    return OneSS(safe_log(size), b=check_overflow(1.0 / (phase * diag), "Bidiagonal.inv() scaling"), c=phase)
 
 
 def oness_inverse(m: OneSS) -> Bidiagonal:

@@ -5,7 +5,15 @@ from __future__ import annotations
 import torch
 
 from structmat.core.transitions import Transitions
-from structmat.core.validation import as_tensor, check_finite, finite_checks_enabled, trusted_parameters
+from structmat.core.validation import (
+    as_tensor,
+    check_count,
+    check_device,
+    check_dtype,
+    check_finite,
+    check_nonnegative,
+    trusted_parameters,
+)
 from structmat.linalg.first_order import first_order_scan
 from structmat.linalg.segsum import segsum
 from structmat.linalg.semiseparable import Generators
@@ -57,6 +65,7 @@ class OneSS(SSS):
 
     def __init__(self, log_a, *, b=None, c=None, lower: bool = True, dtype: torch.dtype | None = None, device=None):
         self.decays = None  # the decays themselves where the matrix was built from them (exact gradients at 0)
+        dtype = check_dtype(dtype)
         real = None if dtype is None else (dtype.to_real() if dtype.is_complex else dtype)
         log_a = as_tensor(log_a, "log_a", dtype=real, device=device)
         if log_a.is_complex():
@@ -65,8 +74,8 @@ class OneSS(SSS):
             raise ValueError("log_a must have shape (*, T); got a scalar")
         check_finite(log_a, "log_a", allow_neg_inf=True)
         self.log_a = log_a
-        self.b = None if b is None else self._scaling(b, "b", log_a, dtype)
-        self.c = None if c is None else self._scaling(c, "c", log_a, dtype)
+        self.b = None if b is None else self._scaling(b, "b", log_a, dtype, device)
+        self.c = None if c is None else self._scaling(c, "c", log_a, dtype, device)
         if dtype is not None and dtype.is_complex and self.b is None and self.c is None:
             self.c = torch.ones(log_a.shape, dtype=dtype, device=log_a.device)
         ones = torch.ones((*log_a.shape, 1), dtype=log_a.dtype, device=log_a.device)
@@ -76,8 +85,8 @@ class OneSS(SSS):
             super().__init__(Transitions.from_log(log_a), B, C, lower=lower)
 
     @staticmethod
-    def _scaling(x, name, log_a, dtype=None):
-        x = as_tensor(x, name, dtype=dtype, device=log_a.device)
+    def _scaling(x, name, log_a, dtype=None, device=None):
+        x = as_tensor(x, name, dtype=dtype, device=device, like=("log_a", log_a))
         if x.dim() != log_a.dim() or x.shape[-1] != log_a.shape[-1]:
             raise ValueError(f"{name} must have shape (*, T) like log_a {tuple(log_a.shape)}; got {tuple(x.shape)}")
         check_finite(x, name)
@@ -125,29 +134,36 @@ class OneSS(SSS):
     def from_decays(cls, a, *, b=None, c=None, dtype: torch.dtype | None = None, device=None) -> OneSS:
         """From decays ``a >= 0`` of shape ``(*, T)``; ``a_t = 0`` gives exact zeros."""
         a = as_tensor(a, "a", dtype=dtype, device=device)
-        if a.is_complex() or (finite_checks_enabled() and bool((a < 0).any())):
-            raise ValueError("a must be real and >= 0 (use SSS for signed or complex transitions)")
+        hint = "must be real and >= 0 (use SSS for signed or complex transitions)"
+        if a.is_complex():
+            raise TypeError(f"a {hint}")
+        check_nonnegative(a, "a", hint)
         check_finite(a, "a")
+        # the scalings are checked against a (the matrix keeps log a, a name the caller never wrote)
+        b, c = (None if x is None else as_tensor(x, name, dtype=dtype, device=device, like=("a", a))
+                for x, name in ((b, "b"), (c, "c")))
         return cls(safe_log(a), b=b, c=c)._with_decays(a)
 
     @classmethod
     def causal(cls, T: int, *, dtype: torch.dtype | None = None, device=None) -> OneSS:
         """All-ones lower triangle (linear attention; ``M @ x`` is ``cumsum``)."""
-        return cls(torch.zeros(T, dtype=dtype, device=device))
+        return cls(torch.zeros(check_count(T, "T"), dtype=check_dtype(dtype), device=check_device(device)))
 
     @classmethod
     def decay(cls, gamma, T: int, *, dtype: torch.dtype | None = None, device=None) -> OneSS:
         """RetNet decay ``gamma**(j - i)``; ``gamma`` a scalar or a tensor of shape ``(*,)`` in ``[0, 1]``."""
+        T = check_count(T, "T")
         g = as_tensor(gamma, "gamma", dtype=dtype, device=device)
+        if g.is_complex():
+            raise TypeError("gamma must be real (decays in [0, 1]); got a complex value")
         check_finite(g, "gamma")
-        if finite_checks_enabled() and bool((g < 0).any()):
-            raise ValueError("gamma must be >= 0")
+        check_nonnegative(g, "gamma")
         return cls(safe_log(g)[..., None].expand(*g.shape, T))
 
     def solve(self, Y) -> torch.Tensor:
         """Solve ``M X = Y`` through the exact bidiagonal inverse: ``O(T K)``, no scan."""
         self._check_square("solve()")
-        return self.inv().matmul(Y)
+        return self.inv()._product(Y, "Y")
 
     # --- products -----------------------------------------------------------------------------------
     def to_dense(self) -> torch.Tensor:

@@ -10,7 +10,7 @@ import numbers
 import torch
 
 from structmat.core.base import StructuredMatrix
-from structmat.core.validation import as_tensor, broadcast_batch, check_finite
+from structmat.core.validation import as_tensor, broadcast_batch, check_finite, check_same_device
 from structmat.linalg.quasiseparable_lu import quasiseparable_lu
 from structmat.linalg.quasiseparable_solve import quasiseparable_solve
 from structmat.matrices.one_ss import OneSS
@@ -25,8 +25,8 @@ def strict_part(M: SSS) -> SSS:
     return SSS(G.A, G.B, G.C, torch.zeros(M.shape[:-1], dtype=M.dtype, device=M.device), lower=M.lower)
 
 
-def _check_part(M, name: str, lower: bool, like: SSS | None = None, like_name: str = "") -> None:
-    """``M`` must be a lower (upper) SSS, square of the size of ``like``."""
+def _check_part(M, name: str, lower: bool, like: SSS | None = None, like_name: str = "", *, same_device: bool = True) -> None:
+    """``M`` must be a lower (upper) SSS, square of the size of ``like`` (and on its device unless the caller moves both)."""
     if not isinstance(M, SSS) or M.lower != lower:
         got = type(M).__name__ if not isinstance(M, SSS) else f"{'a lower' if M.lower else 'an upper'} {type(M).__name__}"
         want = "a lower SSS or OneSS" if lower else "an upper SSS or OneSS (lower=False, e.g. M.T)"
@@ -34,6 +34,8 @@ def _check_part(M, name: str, lower: bool, like: SSS | None = None, like_name: s
     if like is not None and M.shape[-1] != like.shape[-1]:
         T = like.shape[-1]
         raise ValueError(f"{name} must have shape (*, {T}, {T}) like {like_name}; got {tuple(M.shape)}")
+    if like is not None and same_device:
+        check_same_device(M.B, name, like.B, like_name)
 
 
 class Quasiseparable(StructuredMatrix):
@@ -67,11 +69,11 @@ class Quasiseparable(StructuredMatrix):
 
     def __init__(self, lower: SSS, upper: SSS, diag, *, dtype: torch.dtype | None = None, device=None):
         _check_part(lower, "lower", True)
-        _check_part(upper, "upper", False, lower, "lower")
+        _check_part(upper, "upper", False, lower, "lower", same_device=device is None)
         if dtype is not None or device is not None:
             lower, upper = lower.to(device=device or lower.device, dtype=dtype or lower.dtype), \
                 upper.to(device=device or lower.device, dtype=dtype or upper.dtype)
-        d = as_tensor(diag, "diag", dtype=dtype, device=lower.device)
+        d = as_tensor(diag, "diag", dtype=dtype, device=device, like=("lower", lower.B))
         if d.dim() < 1 or d.shape[-1] != lower.shape[-1]:
             raise ValueError(f"diag must have shape (*, T) with T={lower.shape[-1]}; got {tuple(d.shape)}")
         check_finite(d, "diag")

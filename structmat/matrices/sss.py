@@ -6,7 +6,7 @@ import torch
 
 from structmat.core.base import StructuredMatrix
 from structmat.core.transitions import Transitions
-from structmat.core.validation import as_tensor, broadcast_batch, check_finite
+from structmat.core.validation import as_tensor, broadcast_batch, check_dtype, check_finite, check_same_device, trusted_parameters
 from structmat.linalg.block_solve import block_solve
 from structmat.linalg.realization import minimal_realization
 from structmat.linalg.semiseparable import Generators
@@ -53,20 +53,23 @@ class SSS(StructuredMatrix):
     """
 
     def __init__(self, A, B, C, D=None, *, lower: bool = True, dtype: torch.dtype | None = None, device=None):
+        dtype = check_dtype(dtype)
         B = as_tensor(B, "B", dtype=dtype, device=device)
-        C = as_tensor(C, "C", dtype=dtype, device=B.device)
+        C = as_tensor(C, "C", dtype=dtype, device=device, like=("B", B))
         if B.dim() < 2 or C.shape[-2:] != B.shape[-2:] or C.dim() != B.dim():
             raise ValueError(f"B and C must both have shape (*, T, N); got {tuple(B.shape)} and {tuple(C.shape)}")
         if isinstance(A, Transitions):
+            if device is None:
+                check_same_device(A.values, "A", B, "B")
             A = A.map(lambda t: t.to(device=B.device)) if dtype is None else A.map(lambda t: t.to(device=B.device)).cast(dtype)
         else:
-            A = Transitions.from_shape(as_tensor(A, "A", dtype=dtype, device=B.device), B)
+            A = Transitions.from_shape(as_tensor(A, "A", dtype=dtype, device=device, like=("B", B)), B)
         T = B.shape[-2]
         if A.length != T or len(A.batch_shape) != B.dim() - 2:
             raise ValueError(f"A must have {B.dim() - 2} batch dims and T={T} steps like B {tuple(B.shape)}; "
                              f"got {A.length} steps with batch {tuple(A.batch_shape)}")
         if D is not None:
-            D = as_tensor(D, "D", dtype=dtype, device=B.device)
+            D = as_tensor(D, "D", dtype=dtype, device=device, like=("B", B))
             if D.dim() != B.dim() - 1 or D.shape[-1] != T:
                 raise ValueError(f"D must have shape (*, T) with T={T} and {B.dim() - 2} batch dims; got {tuple(D.shape)}")
         A.check_finite("A")
@@ -172,8 +175,14 @@ class SSS(StructuredMatrix):
         written as ``a^j a^{-i}`` overflows; use ``A`` for decays instead.
         """
         U = as_tensor(U, "U")
-        V = as_tensor(V, "V", device=U.device)
-        return cls(torch.ones(U.shape[:-1], dtype=U.dtype, device=U.device), V, U)
+        V = as_tensor(V, "V", like=("U", U))
+        if U.dim() < 2 or V.dim() < 2 or U.shape[-2:] != V.shape[-2:]:
+            raise ValueError(f"U and V must both have shape (*, T, r); got {tuple(U.shape)} and {tuple(V.shape)}")
+        broadcast_batch(("U", U.shape[:-2]), ("V", V.shape[:-2]))
+        check_finite(U, "U")
+        check_finite(V, "V")
+        with trusted_parameters():  # checked here, under the names the caller wrote
+            return cls(torch.ones(U.shape[:-1], dtype=U.dtype, device=U.device), V, U)
 
 
 class SSSInverse(SSS):

@@ -90,7 +90,7 @@ class Toeplitz(StructuredMatrix):
             self.c, self._r = c, None
             super().__init__(tuple(c.shape) + c.shape[-1:], c.dtype, c.device)
             return
-        r = as_tensor(c.conj() if r is None else r, "r", device=c.device)
+        r = as_tensor(c.conj() if r is None else r, "r", like=("c", c))
         if r.dim() < 1:
             raise ValueError(f"r must have shape (*, S); got {tuple(r.shape)}")
         _check_finite(r, "r")
@@ -171,10 +171,7 @@ class Toeplitz(StructuredMatrix):
         """
         self._check_square("solve()")
         if not (self.is_causal and self.shape[-1] <= DIRECT_INVERSE_MAX):
-            inv = self.inv()
-            M, Y, vector = inv._operand(Y, "Y")
-            X = M._matmat(Y)
-            return X[..., 0] if vector else X
+            return self.inv()._product(Y, "Y")
         M, Y, vector = self._solve_operand(Y)
         work = compute_dtype(M.dtype)
         X = torch.linalg.solve_triangular(M._lower_dense(work), Y if Y.dtype == work else Y.to(work), upper=False)
@@ -265,6 +262,8 @@ class ToeplitzInverse(Inverse):
     @property
     def T(self) -> ToeplitzInverse:
         return ToeplitzInverse(self.M.T, self.generators.transposed())
+
+    conj = StructuredMatrix.conj  # the parameters are entries: the generators conjugate with c and r
 
     def _scale(self, s) -> ToeplitzInverse:
         return ToeplitzInverse(self.M * (1.0 / s), self.generators.scaled(s))

@@ -77,7 +77,7 @@ ENTRIES = [
            "device": ("string",)}),
     Entry("OneSS.causal", lambda **kw: sm.OneSS.causal(**kw), lambda: dict(T=T), {"T": COUNT, "dtype": ("string",), "device": ("string",)}),
     Entry("OneSS.decay", lambda **kw: sm.OneSS.decay(**kw), lambda: dict(gamma=torch.tensor([0.5, 0.9], dtype=F64), T=T),
-          {"gamma": ("None", "string", "ragged", "structured", "nan", "inf", "negative", "complex", "meta"), "T": COUNT}),
+          {"gamma": ("None", "string", "ragged", "structured", "nan", "inf", "negative", "complex"), "T": COUNT}),
     Entry("SSS", lambda **kw: sm.SSS(**kw),
           lambda: dict(A=tensor(0, (BATCH, T, N)), B=tensor(1, (BATCH, T, N)), C=tensor(2, (BATCH, T, N)), D=tensor(3, (BATCH, T))),
           {"A": ARRAY + ("longer", "batch"), "B": ARRAY + ("longer", "longer_T", "batch"), "C": ARRAY + ("longer", "longer_T", "batch"),
