@@ -52,7 +52,10 @@ class SelectiveWindow(nn.Module):
     def __init__(self, d_model: int, n_heads: int, width: int = 4):
         super().__init__()
         self.dt = nn.Linear(d_model, n_heads)
-        self.A_log = nn.Parameter(torch.zeros(n_heads))
+        dt = torch.exp(torch.empty(n_heads).uniform_(math.log(1e-3), math.log(1e-1)))  # Mamba-2's initialisation
+        with torch.no_grad():
+            self.dt.bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # softplus^{-1}(dt)
+        self.A_log = nn.Parameter(torch.log(torch.empty(n_heads).uniform_(1, 16)))
         self.window = nn.Parameter(torch.zeros(n_heads, width))
 
     def forward(self, u: torch.Tensor) -> sm.StructuredMatrix:

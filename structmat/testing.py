@@ -20,6 +20,7 @@ import torch
 from hypothesis import strategies as st
 
 from structmat.core.base import StructuredMatrix
+from structmat.core.dtypes import real_dtype
 from structmat.matrices import (
     DFT,
     SSS,
@@ -58,7 +59,7 @@ def _tensor(draw, shape, *, low=-1.0, high=1.0, dtype=torch.float64):
     seed = draw(st.integers(0, 2**31 - 1))
     g = torch.Generator().manual_seed(seed)
     if dtype.is_complex:
-        real = dtype.to_real()
+        real = real_dtype(dtype)
         z = torch.complex(torch.rand(shape, generator=g, dtype=real), torch.rand(shape, generator=g, dtype=real))
         return (low + (high - low) * z).to(dtype)
     return low + (high - low) * torch.rand(shape, generator=g, dtype=dtype)
@@ -90,7 +91,7 @@ def _oriented(draw, M):
 def one_ss(draw, *, T=None, batch=None, dtype=torch.float64, scaled=None):
     """Random :class:`OneSS` (decays with edge cases; optional ``b``, ``c``; lower or upper)."""
     T, batch = _sizes(draw, T, batch, 80)
-    a = draw(decays((*batch, T), dtype=dtype.to_real() if dtype.is_complex else dtype))
+    a = draw(decays((*batch, T), dtype=real_dtype(dtype)))
     b = c = None
     if draw(st.booleans()) if scaled is None else scaled:
         b = draw(_tensor((*batch, T), dtype=dtype))

@@ -130,27 +130,44 @@ def sss_inverse(M: SSS) -> SSS:
     ``A'_t = [[P_{t-1} A_{t-1}, B_{t-1} / D_{t-1}], [0, 0]]``, ``B' = e``, ``C'_t = [-A_t^T C_t / D_t; 0]``.
     Raises :class:`~structmat.SingularMatrixError` for a zero diagonal entry.
     """
-    batch, T, N = M.batch_shape, M.shape[-1], M.order
+    batch, N = M.batch_shape, M.order
     G = M.generators.expand(batch)
     d = G.diagonal()
     if bool((d == 0).any()):
         raise SingularMatrixError("SSS is singular: a diagonal entry is zero")
     check_overflow(1.0 / d, "SSS.inv() diagonal")
-    A = G.A.matrices(N, M.dtype).expand(*batch, T, N, N)
-    eye = torch.eye(N, dtype=M.dtype, device=M.device)
-    P = eye - G.B[..., :, None] * G.C[..., None, :] / d[..., None, None]
     delta = d - (G.C * G.B).sum(-1)
     scale = d.abs() + (G.C.abs() * G.B.abs()).sum(-1)
     if bool((delta.abs() > torch.finfo(M.dtype).eps ** 0.5 * scale).all()):
-        P_prev = torch.cat([eye.expand_as(P[..., :1, :, :]), P[..., :-1, :, :]], dim=-3)
-        return SSSInverse(M, Generators(Transitions(A @ P_prev, "dense"), G.B / delta[..., None], -G.C / d[..., None], 1.0 / d))
+        return SSSInverse(M, lambda: _inverse_generators(G, d, delta), N)
+    return SSSInverse(M, lambda: _inverse_generators_augmented(G, d), N + 1)
+
+
+def _transfer(G: Generators, d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Dense transitions ``A_t`` and ``P_t = I - B_t C_t^T / D_t``, both ``(*, T, N, N)``."""
+    N = G.B.shape[-1]
+    A = G.A.matrices(N, G.B.dtype).expand(*G.B.shape[:-1], N, N)
+    eye = torch.eye(N, dtype=G.B.dtype, device=G.B.device)
+    return A, eye - G.B[..., :, None] * G.C[..., None, :] / d[..., None, None]
+
+
+def _inverse_generators(G: Generators, d: torch.Tensor, delta: torch.Tensor) -> Generators:
+    A, P = _transfer(G, d)
+    P_prev = torch.cat([torch.eye(P.shape[-1], dtype=P.dtype, device=P.device).expand_as(P[..., :1, :, :]),
+                        P[..., :-1, :, :]], dim=-3)
+    return Generators(Transitions(A @ P_prev, "dense"), G.B / delta[..., None], -G.C / d[..., None], 1.0 / d)
+
+
+def _inverse_generators_augmented(G: Generators, d: torch.Tensor) -> Generators:
+    A, P = _transfer(G, d)
+    N = P.shape[-1]
     Q_prev = torch.cat([torch.zeros_like(P[..., :1, :, :]), (P @ A)[..., :-1, :, :]], dim=-3)  # Q_t = P_t A_t, a step late
     g = G.B / d[..., None]
     g_prev = torch.cat([torch.zeros_like(g[..., :1, :]), g[..., :-1, :]], dim=-2)
     top = torch.cat([Q_prev, g_prev[..., None]], dim=-1)
     A_new = torch.cat([top, torch.zeros_like(top[..., :1, :])], dim=-2)
-    e = torch.zeros(N + 1, dtype=M.dtype, device=M.device)
+    e = torch.zeros(N + 1, dtype=P.dtype, device=P.device)
     e[-1] = 1
     out_map = -(A.transpose(-1, -2) @ G.C[..., None])[..., 0] / d[..., None]
     C_new = torch.cat([out_map, torch.zeros_like(out_map[..., :1])], dim=-1)
-    return SSSInverse(M, Generators(Transitions(A_new, "dense"), e.expand(*batch, T, N + 1), C_new, 1.0 / d))
+    return Generators(Transitions(A_new, "dense"), e.expand(*G.B.shape[:-1], N + 1), C_new, 1.0 / d)

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from structmat.core import dispatch
+from structmat.core.dtypes import real_dtype
 from structmat.core.validation import (
     as_tensor,
     broadcast_batch,
@@ -249,7 +250,7 @@ class StructuredMatrix(abc.ABC):
 
 def _range(dtype: torch.dtype) -> float:
     """The largest finite magnitude of a floating or complex dtype (a cast to a smaller one can overflow)."""
-    return torch.finfo(dtype.to_real() if dtype.is_complex else dtype).max if (dtype.is_floating_point or dtype.is_complex) \
+    return torch.finfo(real_dtype(dtype)).max if (dtype.is_floating_point or dtype.is_complex) \
         else float("inf")
 
 

@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 import torch
 
+from structmat.core.dtypes import real_dtype
 from structmat.core.validation import check_finite
 
 __all__ = ["Transitions", "KINDS"]
@@ -199,7 +200,7 @@ class Transitions:
 
     def cast(self, dtype: torch.dtype) -> Transitions:
         """In a matrix of ``dtype``: log decays take its real dtype."""
-        target = (dtype.to_real() if dtype.is_complex else dtype) if self.kind == "log" else dtype
+        target = real_dtype(dtype) if self.kind == "log" else dtype
         return self if self.dtype == target else self._like(self.values.to(target))
 
     # --- products of consecutive steps -------------------------------------------------------------

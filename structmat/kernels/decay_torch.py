@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from structmat.core.dtypes import real_dtype
 from structmat.linalg.segsum import segsum
 
 __all__ = ["decay_chunked_torch"]
@@ -63,7 +64,7 @@ def decay_chunked_torch(x, log_a, B, C, *, scale=None, D=None, z=None, initial_s
         state = x.new_zeros(b, h, p, n, dtype=work) if initial_state is None else initial_state.to(work)
         out = x.new_zeros(x.shape, dtype=torch.promote_types(x.dtype, work) if work.is_complex else x.dtype)
         return (out, state, x.new_zeros(b, 0, h, p, n, dtype=work)) if return_chunk_states else (out, state)
-    real = work.to_real() if work.is_complex else work
+    real = real_dtype(work)
     L = chunk_size
     Bh = _chunks(B.to(work).repeat_interleave(h // g, dim=2), L)  # (b, c, L, h, n)
     Ch = _chunks(C.to(work).repeat_interleave(h // g, dim=2), L)

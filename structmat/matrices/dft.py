@@ -7,6 +7,7 @@ import math
 import torch
 
 from structmat.core.base import StructuredMatrix
+from structmat.core.dtypes import complex_dtype, real_dtype
 from structmat.core.validation import check_count, check_device, check_dtype, check_scalar
 from structmat.linalg.spectral import compute_dtype
 
@@ -47,10 +48,11 @@ class DFT(StructuredMatrix):
         scale = check_scalar(scale, "scale")  # the matrix keeps a Python number: its entries are computed on demand
         scale = scale.item() if isinstance(scale, torch.Tensor) else scale
         self.n, self.inverse, self.scale, self.part = T, bool(inverse), scale, part
-        self._precision = dtype.to_real() if dtype.is_complex else dtype  # float16 -> complex32, bfloat16 -> complex64
-        self._complex = compute_dtype(self._precision.to_complex())  # what the FFTs run in
+        self._precision = real_dtype(dtype)  # float16 -> complex32, bfloat16 -> complex64
+        self._complex = compute_dtype(complex_dtype(self._precision))  # what the FFTs run in
         real = part != "full" and not isinstance(scale, complex)
-        super().__init__((self.n, self.n), self._precision if real else self._precision.to_complex(), check_device(device) or torch.device("cpu"))
+        super().__init__((self.n, self.n), self._precision if real else complex_dtype(self._precision),
+                         check_device(device) or torch.device("cpu"))
 
     def _with(self, **changes) -> DFT:
         kw = dict(T=self.n, inverse=self.inverse, scale=self.scale, part=self.part, dtype=self._precision, device=self.device)

@@ -7,6 +7,7 @@ import math
 import torch
 
 from structmat.core.base import StructuredMatrix
+from structmat.core.dtypes import complex_dtype, real_dtype
 from structmat.core.validation import as_tensor, check_dtype, check_finite
 from structmat.linalg.spectral import circular_apply, compute_dtype
 from structmat.matrices.toeplitz import Toeplitz
@@ -21,7 +22,7 @@ def _reverse_spectrum(lam: torch.Tensor) -> torch.Tensor:
 
 def _spectrum_dtype(dtype: torch.dtype) -> torch.dtype:
     """The complex dtype a spectrum is kept in for a matrix of ``dtype`` (complex64 for half precisions)."""
-    return compute_dtype(dtype if dtype.is_complex else dtype.to_complex())
+    return compute_dtype(complex_dtype(dtype))
 
 
 class Fourier(StructuredMatrix):
@@ -79,9 +80,9 @@ class Fourier(StructuredMatrix):
             real = real and bool(torch.allclose(lam, _reverse_spectrum(lam).conj(), atol=0, rtol=10 * torch.finfo(lam.real.dtype).eps))
         self.eigvals = lam
         self.real = bool(real)
-        real_dtype = precision.to_real() if precision.is_complex else precision
+        precision = real_dtype(precision)
         T = lam.shape[-1]
-        super().__init__((*lam.shape[:-1], T, T), real_dtype if self.real else real_dtype.to_complex(), lam.device)
+        super().__init__((*lam.shape[:-1], T, T), precision if self.real else complex_dtype(precision), lam.device)
 
     @classmethod
     def from_kernel(cls, c, *, dtype: torch.dtype | None = None, device=None) -> Fourier:
@@ -92,8 +93,8 @@ class Fourier(StructuredMatrix):
             raise ValueError("c must have shape (*, T); got a scalar")
         check_finite(c, "c")
         precision = c.dtype if dtype is None else dtype
-        work = compute_dtype(precision.to_real() if precision.is_complex else precision)
-        work = c.to(work.to_complex() if c.is_complex() else work)
+        work = compute_dtype(real_dtype(precision))
+        work = c.to(complex_dtype(work) if c.is_complex() else work)
         lam = torch.fft.fft(work) if c.numel() else work.to(_spectrum_dtype(precision))
         return cls(lam, real=not (c.is_complex() or precision.is_complex), dtype=precision)
 

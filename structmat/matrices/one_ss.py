@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from structmat.core.dtypes import real_dtype
 from structmat.core.transitions import Transitions
 from structmat.core.validation import (
     as_tensor,
@@ -66,7 +67,7 @@ class OneSS(SSS):
     def __init__(self, log_a, *, b=None, c=None, lower: bool = True, dtype: torch.dtype | None = None, device=None):
         self.decays = None  # the decays themselves where the matrix was built from them (exact gradients at 0)
         dtype = check_dtype(dtype)
-        real = None if dtype is None else (dtype.to_real() if dtype.is_complex else dtype)
+        real = None if dtype is None else real_dtype(dtype)
         log_a = as_tensor(log_a, "log_a", dtype=real, device=device)
         if log_a.is_complex():
             raise TypeError("log_a must be real (log of non-negative decays)")
@@ -78,7 +79,7 @@ class OneSS(SSS):
         self.c = None if c is None else self._scaling(c, "c", log_a, dtype, device)
         if dtype is not None and dtype.is_complex and self.b is None and self.c is None:
             self.c = torch.ones(log_a.shape, dtype=dtype, device=log_a.device)
-        ones = torch.ones((*log_a.shape, 1), dtype=log_a.dtype, device=log_a.device)
+        ones = torch.ones((), dtype=log_a.dtype, device=log_a.device).expand(*log_a.shape, 1)  # no T-long buffer
         B = ones if self.b is None else self.b[..., None]
         C = ones if self.c is None else self.c[..., None]
         with trusted_parameters():  # checked above, once
@@ -158,7 +159,8 @@ class OneSS(SSS):
             raise TypeError("gamma must be real (decays in [0, 1]); got a complex value")
         check_finite(g, "gamma")
         check_nonnegative(g, "gamma")
-        return cls(safe_log(g)[..., None].expand(*g.shape, T))
+        with trusted_parameters():  # gamma checked above: not its T-fold expansion again
+            return cls(safe_log(g)[..., None].expand(*g.shape, T))
 
     def solve(self, Y) -> torch.Tensor:
         """Solve ``M X = Y`` through the exact bidiagonal inverse: ``O(T K)``, no scan."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from structmat.core.base import StructuredMatrix
@@ -204,17 +206,38 @@ class SSSInverse(SSS):
     True
     """
 
-    def __init__(self, of: SSS, generators: Generators):
-        self.of = of
-        super().__init__(generators.A, generators.B, generators.C, generators.D, lower=of.lower)
+    def __init__(self, of: SSS, generators: Callable[[], Generators], order: int):
+        # The generators cost O(T N^3) and a dense (T, N, N) transition buffer, and products never
+        # read them: they are built on first use (closure operations, to_dense).
+        self.of, self._build, self._order, self._generators = of, generators, order, None
+        self.lower = of.lower
+        StructuredMatrix.__init__(self, of.shape, of.dtype, of.device)
+
+    @property
+    def generators(self) -> Generators:
+        if self._generators is None:
+            self._generators = self._build()
+        return self._generators
+
+    transitions = property(lambda self: self.generators.A)
+    B = property(lambda self: self.generators.B)
+    C = property(lambda self: self.generators.C)
+    D = property(lambda self: self.generators.D)
+
+    @property
+    def order(self) -> int:
+        return self._order
 
     def _matmat(self, X: torch.Tensor) -> torch.Tensor:
         return self.of.solve(X)
 
     def _map(self, fn) -> SSSInverse:
-        G = self.generators
-        return SSSInverse(self.of._map(fn), Generators(G.A.map(fn), fn(G.B), fn(G.C), None if G.D is None else fn(G.D)))
+        def mapped() -> Generators:
+            G = self.generators
+            return Generators(G.A.map(fn), fn(G.B), fn(G.C), None if G.D is None else fn(G.D))
+
+        return SSSInverse(self.of._map(fn), mapped, self._order)
 
     @property
     def T(self) -> SSSInverse:
-        return SSSInverse(self.of.T, self.generators)
+        return SSSInverse(self.of.T, lambda: self.generators, self._order)
