@@ -29,12 +29,12 @@ def _shape_of(name: str, t, shapes: bool) -> tuple[int, ...]:
 def check_qkv(q, k, v, *, shapes: bool = False) -> None:
     """Shapes ``q (B, T, H|Hk, N)``, ``k (B, S, Hk, N)``, ``v (B, S, H, P)`` with ``H % Hk == 0``, tensors on one
     device (``shapes``: each may be given by its shape instead, as :func:`~structmat.sma_plan` takes them)."""
-    (Bsz, _, Hq, N), (_, S, Hk, Nk), (_, Sv, H, _) = (_shape_of(n, t, shapes) for n, t in (("q", q), ("k", k), ("v", v)))
+    (Bsz, _, Hq, N), (Bk, S, Hk, Nk), (Bv, Sv, H, _) = (_shape_of(n, t, shapes) for n, t in (("q", q), ("k", k), ("v", v)))
     for name, t in (("k", k), ("v", v)):
         if isinstance(t, torch.Tensor) and isinstance(q, torch.Tensor):
             check_same_device(t, name, q, "q")
-    if k.shape[0] != Bsz or v.shape[0] != Bsz:
-        raise ValueError(f"q, k, v must share the batch size; got {Bsz}, {k.shape[0]}, {v.shape[0]}")
+    if Bk != Bsz or Bv != Bsz:
+        raise ValueError(f"q, k, v must share the batch size; got {Bsz}, {Bk}, {Bv}")
     if Nk != N:
         raise ValueError(f"q and k must share the last dim N; got {N} and {Nk}")
     if Sv != S:

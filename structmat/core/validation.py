@@ -10,8 +10,8 @@ shape and device checks always run.
 
 from __future__ import annotations
 
-import cmath
 import contextlib
+import math
 import numbers
 import threading
 from collections.abc import Iterator
@@ -190,7 +190,7 @@ def check_scalar(s: Any, name: str, *, real: bool = False) -> numbers.Number | t
     kind = numbers.Real if real else numbers.Number
     if not isinstance(s, kind):
         raise TypeError(f"{name} must be a {'real ' if real else ''}number; got {type(s).__name__}")
-    if not cmath.isfinite(s):
+    if not abs(s) < math.inf:  # not cmath.isfinite: dynamo cannot trace it (a graph break under torch.compile)
         raise ValueError(f"{name} must be a finite number; got {s!r}")
     return s
 
@@ -202,7 +202,7 @@ def check_tolerance(tol: Any, name: str = "tol", *, below: float | None = None) 
     bound = "" if below is None else f" and < {below}"
     if isinstance(tol, bool) or not isinstance(tol, numbers.Real):
         raise TypeError(f"{name} must be a finite relative cutoff >= 0{bound}; got {type(tol).__name__}")
-    if not (cmath.isfinite(tol) and tol >= 0 and (below is None or tol < below)):
+    if not (math.isfinite(tol) and tol >= 0 and (below is None or tol < below)):
         raise ValueError(f"{name} must be a finite relative cutoff >= 0{bound}; got {tol!r}")
     return float(tol)
 
