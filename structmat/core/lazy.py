@@ -179,6 +179,9 @@ class Transpose(StructuredMatrix):
         return self.M.diagonal()
 
     def _matmat(self, X):
+        structured = self.M.T  # where M has a structured transpose, its matvec: the VJP route needs a twice-
+        if not isinstance(structured, Transpose):  # differentiable matvec, and the fast scans are differentiable once
+            return structured._matmat(X)
         return transpose_matmat(self.M, X)
 
     def _map(self, fn) -> Transpose:
