@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["SingularMatrixError", "as_tensor", "check_finite", "check_overflow", "skip_finite_checks",
+__all__ = ["SingularMatrixError", "as_tensor", "check_finite", "check_overflow", "overflow_checks_enabled", "skip_finite_checks",
            "finite_checks_enabled", "trusted_parameters", "broadcast_batch", "check_dtype", "check_device",
            "check_same_device", "check_count", "check_positive_int", "check_scalar", "check_tolerance",
            "check_nonnegative", "check_matrix", "check_tensor", "to_target"]
@@ -42,6 +42,12 @@ def finite_checks_enabled() -> bool:
     if torch.compiler.is_compiling():
         return False
     return getattr(_STATE, "finite_checks", True) and not getattr(_STATE, "trusted", False)
+
+
+def overflow_checks_enabled() -> bool:
+    """Whether computed results are checked for overflow: as :func:`finite_checks_enabled`, but also among
+    trusted parameters (a closure result from finite operands can still overflow)."""
+    return getattr(_STATE, "finite_checks", True) and not torch.compiler.is_compiling()
 
 
 @contextlib.contextmanager
@@ -228,8 +234,7 @@ def check_finite(x: torch.Tensor, name: str, *, allow_neg_inf: bool = False) -> 
 
 def check_overflow(x: torch.Tensor, what: str) -> torch.Tensor:
     """``x`` if finite, else a ``SingularMatrixError``: a computed result (an inverse's entries) overflowed its dtype."""
-    checking = getattr(_STATE, "finite_checks", True) and not torch.compiler.is_compiling()
-    if checking and x.numel() and x.device.type != "meta" and not bool(torch.isfinite(x).all()):
+    if overflow_checks_enabled() and x.numel() and x.device.type != "meta" and not bool(torch.isfinite(x).all()):
         raise SingularMatrixError(f"{what} overflows {str(x.dtype).replace('torch.', '')}: the matrix is singular or too "
                                   "close to singular in this dtype (try float64)")
     return x

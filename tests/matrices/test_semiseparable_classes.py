@@ -176,3 +176,18 @@ def test_every_constructor_takes_dtype_and_device():
     Mc = sm.OneSS(torch.zeros(4), dtype=torch.complex128)
     assert Mc.dtype == torch.complex128 and Mc.log_a.dtype == F
     assert sm.SSS(torch.rand(4), torch.ones(4, 1), torch.ones(4, 1), device="meta").device.type == "meta"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+def test_bidiagonal_inverse_beyond_the_dtype_range_raises(dtype):
+    """The inverse's entries reach ``1000**199``: held in log space, they gave infinities (then NaN) in every
+    matvec; now a ``SingularMatrixError`` at ``inv()`` / ``solve``. Zero subdiagonal entries cut the growth."""
+    M = sm.Bidiagonal(torch.full((200,), 1e-3, dtype=dtype), torch.ones(199, dtype=dtype))
+    with pytest.raises(sm.SingularMatrixError, match=r"Bidiagonal.inv\(\) has entries up to about 1e600"):
+        M.inv()
+    with pytest.raises(sm.SingularMatrixError):
+        M.solve(torch.ones(200, dtype=dtype))
+    sub = torch.ones(199, dtype=dtype).index_fill(0, torch.arange(4, 199, 5), 0.0)  # blocks of 5: entries <= 1e15
+    cut = sm.Bidiagonal(torch.full((200,), 1e-3, dtype=dtype), sub)
+    y = cut.solve(torch.ones(200, dtype=dtype))
+    close(y, torch.linalg.solve(cut.to_dense().to(F64), torch.ones(200, dtype=F64)), rtol=1e-5)
