@@ -91,7 +91,8 @@ class Quasiseparable(StructuredMatrix):
         super().__init__((*batch, T, T), dtype, d.device)
 
     @classmethod
-    def bidirectional(cls, forward: SSS, backward: SSS, diag=None) -> Quasiseparable:
+    def bidirectional(cls, forward: SSS, backward: SSS, diag=None, *, dtype: torch.dtype | None = None,
+                      device=None) -> Quasiseparable:
         """LION / Hydra mask from two lower masks: ``backward`` runs over the reversed sequence.
 
         With ``J`` the reversal the strictly-upper part is that of ``J M_B J``; ``diag=None`` keeps
@@ -99,7 +100,7 @@ class Quasiseparable(StructuredMatrix):
         """
         _check_part(forward, "forward", True)
         _check_part(backward, "backward", True, forward, "forward")
-        return cls(forward, backward.reverse(), forward.diagonal() if diag is None else diag)
+        return cls(forward, backward.reverse(), forward.diagonal() if diag is None else diag, dtype=dtype, device=device)
 
     @classmethod
     def lion(cls, a, *, b=None, c=None, dtype: torch.dtype | None = None, device=None) -> Quasiseparable:

@@ -170,14 +170,14 @@ class SSS(StructuredMatrix):
         return SSS._from_generators(minimal_realization(self.generators, tol), self.lower)
 
     @classmethod
-    def from_generators(cls, U, V) -> SSS:
+    def from_generators(cls, U, V, *, dtype: torch.dtype | None = None, device=None) -> SSS:
         """``tril(U V^T)`` for ``U, V`` of shape ``(*, T, r)``: order ``r``, ``A = 1``.
 
         The generator form is numerically unstable for decaying data: a decay ``a^{j-i}``
         written as ``a^j a^{-i}`` overflows; use ``A`` for decays instead.
         """
-        U = as_tensor(U, "U")
-        V = as_tensor(V, "V", like=("U", U))
+        U = as_tensor(U, "U", dtype=dtype, device=device)
+        V = as_tensor(V, "V", dtype=dtype, device=device, like=("U", U))
         if U.dim() < 2 or V.dim() < 2 or U.shape[-2:] != V.shape[-2:]:
             raise ValueError(f"U and V must both have shape (*, T, r); got {tuple(U.shape)} and {tuple(V.shape)}")
         broadcast_batch(("U", U.shape[:-2]), ("V", V.shape[:-2]))

@@ -77,8 +77,8 @@ class Toeplitz(StructuredMatrix):
     tensor([5., 3., 5.])
     """
 
-    def __init__(self, c, r=None, *, causal: bool = False):
-        c = as_tensor(c, "c")
+    def __init__(self, c, r=None, *, causal: bool = False, dtype: torch.dtype | None = None, device=None):
+        c = as_tensor(c, "c", dtype=dtype, device=device)
         if c.dim() < 1:
             raise ValueError(f"c must have shape (*, T); got {tuple(c.shape)}")
         _check_finite(c, "c")
@@ -90,7 +90,7 @@ class Toeplitz(StructuredMatrix):
             self.c, self._r = c, None
             super().__init__(tuple(c.shape) + c.shape[-1:], c.dtype, c.device)
             return
-        r = as_tensor(c.conj() if r is None else r, "r", like=("c", c))
+        r = as_tensor(c.conj() if r is None else r, "r", dtype=dtype, device=device, like=("c", c))
         if r.dim() < 1:
             raise ValueError(f"r must have shape (*, S); got {tuple(r.shape)}")
         _check_finite(r, "r")
@@ -109,9 +109,9 @@ class Toeplitz(StructuredMatrix):
         return self._r
 
     @classmethod
-    def causal(cls, c) -> Toeplitz:
+    def causal(cls, c, *, dtype: torch.dtype | None = None, device=None) -> Toeplitz:
         """Lower-triangular Toeplitz with first column ``c``."""
-        return cls(c, causal=True)
+        return cls(c, causal=True, dtype=dtype, device=device)
 
     def matvec_flops(self, K: int) -> float:
         n = self.shape[-2] + self.shape[-1]

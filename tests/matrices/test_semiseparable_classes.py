@@ -171,8 +171,16 @@ def test_every_constructor_takes_dtype_and_device():
             sm.OneSS(torch.zeros(4), dtype=F), sm.OneSS.decay(0.9, 4, dtype=F), sm.OneSS.causal(4, dtype=F),
             sm.OneSS.from_decays([0.5, 0.5], dtype=F), sm.Diagonal([1, 2], dtype=F), sm.Dense(torch.eye(2), dtype=F),
             sm.LowRank(torch.ones(3, 1), torch.ones(3, 1), dtype=F), sm.Bidiagonal([1.0, 2.0], [3.0], dtype=F),
-            sm.Quasiseparable(sm.OneSS.causal(3), sm.OneSS.causal(3).T, torch.ones(3), dtype=F)]
-    assert all(M.dtype == F for M in made)
+            sm.Quasiseparable(sm.OneSS.causal(3), sm.OneSS.causal(3).T, torch.ones(3), dtype=F),
+            sm.Quasiseparable.bidirectional(sm.OneSS.causal(3), sm.OneSS.causal(3), dtype=F, device="cpu"),
+            sm.Quasiseparable.lion([0.5, 0.5], dtype=F), sm.Quasiseparable.lion_decay(0.5, 3, dtype=F),
+            sm.SSS.from_generators(torch.ones(3, 1), torch.ones(3, 1), dtype=F, device="cpu"),
+            sm.Toeplitz(torch.ones(3), dtype=F, device="cpu"), sm.Toeplitz([1, 2], [1, 3, 4], dtype=F),
+            sm.Toeplitz.causal(torch.ones(3), dtype=F, device="cpu"), sm.Fourier(torch.ones(3), dtype=F),
+            sm.Fourier.from_kernel(torch.ones(3), dtype=F, device="cpu"), sm.DFT(3, dtype=torch.complex128)]
+    assert all(M.dtype == F for M in made[:-1]) and made[-1].dtype == torch.complex128
+    assert sm.Toeplitz.causal(torch.ones(3), device="meta").device.type == "meta"
+    assert sm.SSS.from_generators(torch.ones(3, 1), torch.ones(3, 1), device="meta").device.type == "meta"
     Mc = sm.OneSS(torch.zeros(4), dtype=torch.complex128)
     assert Mc.dtype == torch.complex128 and Mc.log_a.dtype == F
     assert sm.SSS(torch.rand(4), torch.ones(4, 1), torch.ones(4, 1), device="meta").device.type == "meta"
