@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 import torch
-from conftest import F64, close, rand, randn
+from conftest import C128, F64, close, rand, randn
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -145,3 +145,5 @@ def test_inference_mode_transposes_and_products():
         close((sm.LowRank(randn(5, 1), randn(5, 1)) @ Bd).to_dense(), randn(5, 1) @ randn(5, 1).T @ Bd.to_dense())
         M = sm.OneSS.from_decays(rand(5))
         close(sm.Transpose(M) @ x, M.to_dense().T @ x)
+        cosine = sm.DFT(5, dtype=C128).real
+        close((cosine * 2j).to_dense(), cosine.to_dense() * 2j)

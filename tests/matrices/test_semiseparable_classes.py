@@ -199,3 +199,14 @@ def test_bidiagonal_inverse_beyond_the_dtype_range_raises(dtype):
     cut = sm.Bidiagonal(torch.full((200,), 1e-3, dtype=dtype), sub)
     y = cut.solve(torch.ones(200, dtype=dtype))
     close(y, torch.linalg.solve(cut.to_dense().to(F64), torch.ones(200, dtype=F64)), rtol=1e-5)
+
+
+def test_length_zero_and_zero_columns():
+    """numpy's answers for empty operands: ``(0, K)`` and ``(T, 0)`` products, empty solves."""
+    empty = [sm.OneSS.from_decays(torch.ones(0, dtype=F64)), sm.SSS(torch.ones(0, 2, dtype=F64), torch.ones(0, 2, dtype=F64),
+             torch.ones(0, 2, dtype=F64)), sm.Quasiseparable.bidirectional(sm.OneSS.causal(0, dtype=F64), sm.OneSS.causal(0, dtype=F64))]
+    for M in empty:
+        assert (M @ torch.ones(0, 3, dtype=F64)).shape == (0, 3) and (M @ torch.ones(0, dtype=F64)).shape == (0,)
+    for M in (sm.OneSS.from_decays(rand(5)), sm.SSS(rand(5, 2), randn(5, 2), randn(5, 2)), sm.Bidiagonal(1 + rand(5), rand(4))):
+        assert (M @ torch.ones(5, 0, dtype=F64)).shape == (5, 0)
+        assert (M.T @ torch.ones(2, 5, 0, dtype=F64)).shape == (2, 5, 0)
