@@ -138,12 +138,13 @@ def bidiagonal_inverse(a: Bidiagonal) -> OneSS:
         raise SingularMatrixError("Bidiagonal has a zero diagonal entry")
     batch = a.batch_shape
     diag, sub = a.diag.expand(*batch, a.shape[-1]), a.sub.expand(*batch, a.sub.shape[-1])
-    ratio = check_overflow(torch.cat([torch.ones_like(diag[..., :1]), -sub / diag[..., 1:]], dim=-1), "Bidiagonal.inv() decays")
+    ratio = check_overflow(torch.cat([torch.ones_like(diag[..., :1]), -sub / diag[..., 1:]], dim=-1),
+                           "Bidiagonal.inv(): the ratio sub[t-1] / diag[t]")
     size = ratio.abs()
     phase = torch.cumprod(torch.where(size > 0, ratio / torch.where(size > 0, size, 1.0), 1.0), dim=-1)
     log_size = safe_log(size)
     _check_inverse_range(log_size, diag)
-    return OneSS(log_size, b=check_overflow(1.0 / (phase * diag), "Bidiagonal.inv() scaling"), c=phase)
+    return OneSS(log_size, b=1.0 / (phase * diag), c=phase)  # 1 / diag_i is the entry (i, i): in range
 
 
 def _check_inverse_range(log_size: torch.Tensor, diag: torch.Tensor) -> None:

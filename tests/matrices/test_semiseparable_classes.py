@@ -195,6 +195,8 @@ def test_bidiagonal_inverse_beyond_the_dtype_range_raises(dtype):
         M.inv()
     with pytest.raises(sm.SingularMatrixError):
         M.solve(torch.ones(200, dtype=dtype))
+    with pytest.raises(sm.SingularMatrixError, match=r"sub\[t-1\] / diag\[t\] overflows"):  # not an internal name
+        sm.Bidiagonal(torch.tensor([1.0, 1e-3], dtype=dtype), torch.tensor([torch.finfo(dtype).max / 10], dtype=dtype)).inv()
     sub = torch.ones(199, dtype=dtype).index_fill(0, torch.arange(4, 199, 5), 0.0)  # blocks of 5: entries <= 1e15
     cut = sm.Bidiagonal(torch.full((200,), 1e-3, dtype=dtype), sub)
     y = cut.solve(torch.ones(200, dtype=dtype))
