@@ -215,9 +215,12 @@ class SSSInverse(SSS):
 
     @property
     def generators(self) -> Generators:
-        if self._generators is None:
-            self._generators = self._build()
-        return self._generators
+        if self._generators is not None:
+            return self._generators
+        built = self._build()
+        if torch.is_grad_enabled():  # built under no_grad / inference_mode they have no graph: a later use would lose it
+            self._generators = built
+        return built
 
     transitions = property(lambda self: self.generators.A)
     B = property(lambda self: self.generators.B)
