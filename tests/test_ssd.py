@@ -266,6 +266,15 @@ def test_errors_name_the_argument():
             sm.ssd(kw.pop("x"), kw.pop("dt"), kw.pop("A"), kw.pop("B"), kw.pop("C"), **kw)
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU error")
+def test_triton_backend_on_cpu_tensors_says_so(monkeypatch):
+    """Outside the interpreter, CPU tensors got Triton's "0 active drivers"; now an error naming the backend."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    t = inputs(1, 8, 2, 3, 1, 4, device="cpu")
+    with pytest.raises(ValueError, match="backend='triton' needs CUDA tensors"):
+        sm.ssd(t["x"], t["dt"], t["A"], t["B"], t["C"], 16, backend="triton")
+
+
 def test_ssd_step_reproduces_ssd_and_updates_in_place():
     b, l, h, p, g, n = 2, 12, 4, 3, 2, 5
     t = inputs(b, l, h, p, g, n, seed=10, dtype=F64, device="cpu")
