@@ -34,6 +34,44 @@ def test_zero_decay_gives_exact_zeros_and_finite_gradients():
     assert torch.isfinite(log_a.grad).all()
 
 
+XFAIL_OPEN = pytest.mark.xfail(strict=True, raises=AssertionError, reason="issue 11: log-space decay products")
+
+
+def _decay_gradient(a, apply):
+    """``d/da sum(apply(mask))`` for the 1-SS mask of the decays ``a`` (autograd)."""
+    a = a.clone().requires_grad_()
+    grad, = torch.autograd.grad(apply(sm.OneSS.from_decays(a)).sum(), a)
+    return grad
+
+
+def _dense_decay_mask(a):
+    """``prod_{k=i+1..j} a_k`` entry by entry: polynomial in ``a``, so autograd gives the exact derivative at 0."""
+    T = a.shape[-1]
+    rows = [torch.stack([a[i + 1:j + 1].prod() if j >= i else a.new_zeros(()) for i in range(T)]) for j in range(T)]
+    return torch.stack(rows)
+
+
+@pytest.mark.parametrize("order", ["matvec", pytest.param("quadratic", marks=XFAIL_OPEN),
+                                   pytest.param("linear", marks=XFAIL_OPEN),
+                                   pytest.param("chunked", marks=XFAIL_OPEN)])
+def test_decay_gradient_at_an_exact_zero(order):
+    """``d/da_t`` at ``a_t = 0`` is finite and non-zero (the entries are polynomials in ``a``). The matvec scan
+    gets it (``<lambda_t, h_(t-1)>``); the SMA orders form products of decays in log space, whose gradient at
+    ``log a_t = -inf`` is 0: open (issue 11, tests/fuzz/ISSUE11_AUDIT.md)."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 6, 1, 2, generator=g, dtype=F64) for _ in range(3))
+    a = torch.tensor([0.5, 0.6, 0.0, 0.7, 0.8, 0.9], dtype=F64)
+    if order == "matvec":
+        got = _decay_gradient(a, lambda M: M @ v[0, :, 0])
+        want = _decay_gradient(a, lambda M: _dense_decay_mask(M.decays) @ v[0, :, 0])
+    else:
+        got = _decay_gradient(a, lambda M: sm.sma(q, k, v, M, order=order, chunk=4))
+        qk = torch.einsum("tn,sn->ts", q[0, :, 0], k[0, :, 0])
+        want = _decay_gradient(a, lambda M: (_dense_decay_mask(M.decays) * qk) @ v[0, :, 0])
+    assert want[2] != 0
+    torch.testing.assert_close(got, want)
+
+
 def test_tiny_decays_underflow_to_zero_without_nan():
     a = torch.full((500,), 1e-30, dtype=F64)
     y = sm.OneSS.from_decays(a) @ torch.ones(500, dtype=F64)
