@@ -34,42 +34,45 @@ def test_zero_decay_gives_exact_zeros_and_finite_gradients():
     assert torch.isfinite(log_a.grad).all()
 
 
-XFAIL_OPEN = pytest.mark.xfail(strict=True, raises=AssertionError, reason="issue 11: log-space decay products")
-
-
-def _decay_gradient(a, apply):
-    """``d/da sum(apply(mask))`` for the 1-SS mask of the decays ``a`` (autograd)."""
-    a = a.clone().requires_grad_()
-    grad, = torch.autograd.grad(apply(sm.OneSS.from_decays(a)).sum(), a)
-    return grad
-
-
 def _dense_decay_mask(a):
-    """``prod_{k=i+1..j} a_k`` entry by entry: polynomial in ``a``, so autograd gives the exact derivative at 0."""
+    """``prod_{k=i+1..j} a_k`` entry by entry, ``a (*, T)``: polynomials in ``a``, whose derivative autograd gets
+    exactly at 0 (no logarithm)."""
     T = a.shape[-1]
-    rows = [torch.stack([a[i + 1:j + 1].prod() if j >= i else a.new_zeros(()) for i in range(T)]) for j in range(T)]
-    return torch.stack(rows)
+    entry = lambda j, i: a[..., i + 1:j + 1].prod(-1) if j >= i else a.new_zeros(a.shape[:-1])  # noqa: E731
+    return torch.stack([torch.stack([entry(j, i) for i in range(T)], -1) for j in range(T)], -2)
 
 
-@pytest.mark.parametrize("order", ["matvec", pytest.param("quadratic", marks=XFAIL_OPEN),
-                                   pytest.param("linear", marks=XFAIL_OPEN),
-                                   pytest.param("chunked", marks=XFAIL_OPEN)])
+@pytest.mark.parametrize("order", ["matvec", "to_dense", "quadratic", "linear", "chunked"])
 def test_decay_gradient_at_an_exact_zero(order):
-    """``d/da_t`` at ``a_t = 0`` is finite and non-zero (the entries are polynomials in ``a``). The matvec scan
-    gets it (``<lambda_t, h_(t-1)>``); the SMA orders form products of decays in log space, whose gradient at
-    ``log a_t = -inf`` is 0: open (issue 11, tests/fuzz/ISSUE11_AUDIT.md)."""
+    """``d/da_t`` at ``a_t = 0`` is finite and non-zero (the entries are polynomials in ``a``). The SMA orders form
+    products of decays in log space, where it was 0: several zeros per head (first and last steps included),
+    per-head decays, scalings with a larger batch than the decays, grouped keys."""
     g = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(1, 6, 1, 2, generator=g, dtype=F64) for _ in range(3))
-    a = torch.tensor([0.5, 0.6, 0.0, 0.7, 0.8, 0.9], dtype=F64)
-    if order == "matvec":
-        got = _decay_gradient(a, lambda M: M @ v[0, :, 0])
-        want = _decay_gradient(a, lambda M: _dense_decay_mask(M.decays) @ v[0, :, 0])
-    else:
-        got = _decay_gradient(a, lambda M: sm.sma(q, k, v, M, order=order, chunk=4))
-        qk = torch.einsum("tn,sn->ts", q[0, :, 0], k[0, :, 0])
-        want = _decay_gradient(a, lambda M: (_dense_decay_mask(M.decays) * qk) @ v[0, :, 0])
-    assert want[2] != 0
-    torch.testing.assert_close(got, want)
+    B, T, H = 2, 9, 3
+    q, k, v = (torch.randn(B, T, h, d, generator=g, dtype=F64) for h, d in ((H, 2), (1, 2), (H, 3)))
+    a = torch.rand(H, T, generator=g, dtype=F64)
+    a[0, [2, 5]], a[1, [1, 8]], a[2, 4] = 0.0, 0.0, 0.0
+    c = torch.randn(H, T, generator=g, dtype=F64)
+    leaves = [t.clone().requires_grad_() for t in (a, q, k, v, c)]
+
+    def run(exact, a, q, k, v, c):
+        if order in ("matvec", "to_dense"):
+            M = sm.OneSS.from_decays(a, c=c)
+            if exact:
+                return (c[..., None] * _dense_decay_mask(a)) @ v[0].transpose(0, 1)
+            return (M @ v[0].transpose(0, 1)) if order == "matvec" else M.to_dense() @ v[0].transpose(0, 1)
+        if not exact:
+            return sm.sma(q, k, v, sm.OneSS.from_decays(a, c=c), order=order, chunk=4)
+        L = c[:, :, None] * _dense_decay_mask(a) * torch.einsum("bthn,bsn->bhts", q, k[:, :, 0])
+        return torch.einsum("bhts,bshp->bthp", L, v)
+
+    w = torch.randn(run(True, *leaves).shape, generator=g, dtype=F64)
+    got = torch.autograd.grad((run(False, *leaves) * w).sum(), leaves, allow_unused=True)
+    want = torch.autograd.grad((run(True, *leaves) * w).sum(), leaves, allow_unused=True)
+    assert want[0][0, 2] != 0 and want[0][1, 8] != 0
+    for x, y in zip(got, want):
+        if y is not None:
+            torch.testing.assert_close(x, y)
 
 
 def test_tiny_decays_underflow_to_zero_without_nan():

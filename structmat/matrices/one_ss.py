@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Iterator
+
 import torch
 
 from structmat.core.dtypes import real_dtype
@@ -13,6 +17,7 @@ from structmat.core.validation import (
     check_dtype,
     check_finite,
     check_nonnegative,
+    finite_checks_enabled,
     trusted_parameters,
 )
 from structmat.linalg.first_order import first_order_scan
@@ -20,7 +25,21 @@ from structmat.linalg.segsum import segsum
 from structmat.linalg.semiseparable import Generators
 from structmat.matrices.sss import SSS
 
-__all__ = ["OneSS", "safe_log"]
+__all__ = ["OneSS", "safe_log", "zero_decays_added_by_caller"]
+
+_CALLER = threading.local()
+
+
+@contextlib.contextmanager
+def zero_decays_added_by_caller() -> Iterator[None]:
+    """Within the block ``to_dense`` leaves out its zero-decay gradient terms: the caller adds them for its
+    whole result (``sma`` does, for every order)."""
+    previous = getattr(_CALLER, "adds", False)
+    _CALLER.adds = True
+    try:
+        yield
+    finally:
+        _CALLER.adds = previous
 
 
 def safe_log(a: torch.Tensor) -> torch.Tensor:
@@ -172,8 +191,26 @@ class OneSS(SSS):
         """``c_j exp(segsum(log_a))[j, i] b_i``, the segment sums as masked cumulative sums."""
         log_a = torch.cat([torch.zeros_like(self.log_a[..., :1]), self.log_a[..., 1:]], dim=-1)
         L = torch.exp(segsum(log_a)).to(self.dtype)
-        dense = (self.C[..., 0][..., :, None] * L * self.B[..., 0][..., None, :]).expand(self.shape)
+        C, B = self.C[..., 0], self.B[..., 0]
+        dense = (C[..., :, None] * L * B[..., None, :] + self._zero_decay_terms(L, C, B)).expand(self.shape)
         return dense if self.lower else dense.transpose(-1, -2)
+
+    def _zero_decay_terms(self, L: torch.Tensor, C: torch.Tensor, B: torch.Tensor) -> torch.Tensor | float:
+        """``sum_{t: a_t = 0} a_t dM/da_t``, zero in value: at ``log a_t = -inf`` the log-space products lose
+        ``dM[j, i]/da_t = c_j L[j, t] L[t-1, i] b_i``; this term gives it back (first order). Reads the decays
+        on the host, so only where finite checks run (not while torch.compile traces)."""
+        a = self.decays
+        wanted = a is not None and a.requires_grad and torch.is_grad_enabled() and not getattr(_CALLER, "adds", False)
+        if not (wanted and finite_checks_enabled()) or L.numel() == 0:
+            return 0.0
+        zeros = (a.detach()[..., 1:] == 0).reshape(-1, a.shape[-1] - 1).any(0).nonzero()[:, 0] + 1
+        if zeros.numel() == 0:
+            return 0.0
+        Ld = L.detach()
+        cut = a[..., zeros]
+        cut = torch.where(cut == 0, cut, torch.zeros_like(cut))  # only the zero decays of each batch row
+        cols = C.detach()[..., :, None] * Ld[..., :, zeros] * cut[..., None, :]
+        return cols @ (Ld[..., zeros - 1, :] * B.detach()[..., None, :])
 
     def _matmat(self, X: torch.Tensor) -> torch.Tensor:
         if not self.lower:  # M = J F J with F = J M J lower: the same fast paths
