@@ -64,3 +64,14 @@ def test_cancellation_scale_and_quasiseparable_paths():
     assert r(Q) == r(Q.to_dense()) and r(Q.T) == r(Q.to_dense().T)
     T = sm.Toeplitz(randn(12, seed=4))
     assert r(T, strict=True) == r(T.to_dense(), strict=True)
+
+
+def test_vanishing_generators_beside_a_diagonal():
+    """D40: ``B`` or ``C`` all zero beside a non-zero diagonal (a ``Bidiagonal`` of length 1 or with a zero
+    subdiagonal, an SSS with ``C = 0``): the normalisation divided the diagonal by 1e-300, then svd met inf."""
+    r = sm.semiseparable_rank
+    for M in (sm.Bidiagonal(torch.tensor([2.44], dtype=F64), torch.ones(0, dtype=F64)),
+              sm.Bidiagonal(1 + rand(5), torch.zeros(4, dtype=F64)),
+              sm.SSS(rand(6), randn(6, 2), torch.zeros(6, 2, dtype=F64), D=1 + rand(6, seed=1)),
+              sm.SSS(rand(6), 1e-200 * randn(6, 2), 1e-200 * randn(6, 2, seed=2), D=1 + rand(6, seed=1))):
+        assert (r(M), r(M, strict=True)) == (r(M.to_dense()), r(M.to_dense(), strict=True)) == (1, 0)
