@@ -42,8 +42,9 @@ def _dense_decay_mask(a):
     return torch.stack([torch.stack([entry(j, i) for i in range(T)], -1) for j in range(T)], -2)
 
 
+@pytest.mark.parametrize("upper", [False, True])
 @pytest.mark.parametrize("order", ["matvec", "to_dense", "quadratic", "linear", "chunked"])
-def test_decay_gradient_at_an_exact_zero(order):
+def test_decay_gradient_at_an_exact_zero(order, upper):
     """``d/da_t`` at ``a_t = 0`` is finite and non-zero (the entries are polynomials in ``a``). The SMA orders form
     products of decays in log space, where it was 0: several zeros per head (first and last steps included),
     per-head decays, scalings with a larger batch than the decays, grouped keys."""
@@ -56,14 +57,16 @@ def test_decay_gradient_at_an_exact_zero(order):
     leaves = [t.clone().requires_grad_() for t in (a, q, k, v, c)]
 
     def run(exact, a, q, k, v, c):
+        M = sm.OneSS.from_decays(a, c=c)
+        M = M.T if upper else M
+        dense = c[:, :, None] * _dense_decay_mask(a)
+        dense = dense.transpose(-1, -2) if upper else dense
         if order in ("matvec", "to_dense"):
-            M = sm.OneSS.from_decays(a, c=c)
-            if exact:
-                return (c[..., None] * _dense_decay_mask(a)) @ v[0].transpose(0, 1)
-            return (M @ v[0].transpose(0, 1)) if order == "matvec" else M.to_dense() @ v[0].transpose(0, 1)
+            X = v[0].transpose(0, 1)
+            return dense @ X if exact else M @ X if order == "matvec" else M.to_dense() @ X
         if not exact:
-            return sm.sma(q, k, v, sm.OneSS.from_decays(a, c=c), order=order, chunk=4)
-        L = c[:, :, None] * _dense_decay_mask(a) * torch.einsum("bthn,bsn->bhts", q, k[:, :, 0])
+            return sm.sma(q, k, v, M, order=order, chunk=4)
+        L = dense * torch.einsum("bthn,bsn->bhts", q, k[:, :, 0])
         return torch.einsum("bhts,bshp->bthp", L, v)
 
     w = torch.randn(run(True, *leaves).shape, generator=g, dtype=F64)

@@ -1,4 +1,4 @@
-"""Exact decay gradients at ``a_t = 0`` for SMA with a lower 1-SS mask built from its decays.
+"""Exact decay gradients at ``a_t = 0`` for SMA with a 1-SS mask built from its decays.
 
 Every order forms products of decays in log space (segment sums, the chunked primitive, its Triton
 kernels); at ``log a_t = -inf`` the derivative ``d/da_t prod a`` (the product of the other factors)
@@ -26,10 +26,10 @@ __all__ = ["zero_decay_terms", "zero_decays_apply"]
 
 
 def zero_decays_apply(mask) -> bool:
-    """Whether :func:`zero_decay_terms` may add anything: a lower 1-SS mask with differentiated decays."""
+    """Whether :func:`zero_decay_terms` may add anything: a 1-SS mask with differentiated decays."""
     decays = getattr(mask, "decays", None)
     # finding the zeros reads the decays on the host: not while tracing (torch.compile) nor where checks are off
-    return (isinstance(mask, OneSS) and mask.lower and decays is not None and decays.requires_grad
+    return (isinstance(mask, OneSS) and decays is not None and decays.requires_grad
             and torch.is_grad_enabled() and finite_checks_enabled())
 
 
@@ -49,6 +49,9 @@ def zero_decay_terms(q, k, v, mask, y: torch.Tensor, run: Callable) -> torch.Ten
     ``q, k, v`` of ``H`` heads; ``run(q, k, v, mask)`` is SMA with the same scale. None where nothing applies."""
     if not zero_decays_apply(mask):
         return None
+    if not mask.lower:  # an upper mask is a lower one in reversed time
+        fix = zero_decay_terms(*(x.flip(1) for x in (q, k, v)), mask.reverse(), y.flip(1), run)
+        return None if fix is None else fix.flip(1)
     M = mask_as_bh(mask, q.shape[0], q.shape[2])
     bh, T = M.batch_shape, M.shape[-1]
     a = M.decays.expand(*bh, T)
