@@ -240,6 +240,15 @@ def test_mixed_dtypes_and_empty_sequences():
     assert out.shape == (1, 0, 2, 3) and fin.shape == (1, 2, 3, 4) and (fin == 0).all()
 
 
+def test_empty_batch():
+    """A zero-size batch gives numpy's answer (empty outputs and states); the torch backend's chunk reshape
+    crashed ("cannot reshape tensor of 0 elements ... -1 can be any value")."""
+    e = inputs(0, 10, 2, 3, 1, 4, device="cpu")
+    out, fin = sm.ssd(e["x"], e["dt"], e["A"], e["B"], e["C"], 4, D=e["D"], z=e["z"], return_final_states=True,
+                      backend="torch")
+    assert out.shape == (0, 10, 2, 3) and fin.shape == (0, 2, 3, 4)
+
+
 def test_errors_name_the_argument():
     t = inputs(1, 8, 2, 3, 1, 4, device="cpu")
     x, dt, A, B, C = (t[k] for k in ("x", "dt", "A", "B", "C"))
