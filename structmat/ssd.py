@@ -65,7 +65,9 @@ def _check_limit(dt_limit) -> None:
         raise ValueError(f"dt_limit must be (min, max) with min <= max; got {tuple(dt_limit)}")
 
 
-def _check(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, dt_limit):
+def _check(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, dt_limit, varlen=False):
+    if varlen and cu_seqlens is None:
+        raise ValueError("return_varlen_states needs cu_seqlens")
     if not isinstance(x, torch.Tensor) or x.dim() != 4:
         raise ValueError(f"x must have shape (batch, seqlen, nheads, headdim); got {tuple(getattr(x, 'shape', ()))}")
     _check_types(dict(x=x, dt=dt, A=A, B=B, C=C), dict(D=D, z=z, dt_bias=dt_bias, initial_states=initial_states,
@@ -101,6 +103,30 @@ def _per_sequence(initial_states, cu_seqlens, b: int) -> bool:
     """Whether ``initial_states`` holds one state per packed sequence (with ``cu_seqlens``, as fla accepts)."""
     return initial_states is not None and cu_seqlens is not None and initial_states.dim() == 4 and \
         initial_states.shape[0] == cu_seqlens.numel() - 1 and initial_states.shape[0] != b
+
+
+def _promoted(x, B, C, dtp, A):
+    """``x, B, C`` in their common dtype, the processed ``dt`` and the log decays ``dt A``."""
+    common = torch.promote_types(x.dtype, torch.promote_types(B.dtype, C.dtype))
+    return x.to(common), B.to(common), C.to(common), dtp, dtp * A.to(dtp.dtype)
+
+
+def _sequences(initial_states, cu_seqlens, seq_idx, x):
+    """``(per_sequence, seq_idx)``: with one initial state per packed sequence, the sequences restart at their
+    boundaries (``seq_idx`` built from ``cu_seqlens`` where not given)."""
+    per_sequence = _per_sequence(initial_states, cu_seqlens, x.shape[0])
+    if per_sequence and seq_idx is None:
+        seq_idx = torch.repeat_interleave(torch.arange(cu_seqlens.numel() - 1, device=x.device), cu_seqlens.diff())[None]
+    return per_sequence, seq_idx
+
+
+def _with_initial_states(out, final, C, log_a, initial_states, cu_seqlens, z, dtype):
+    """``out`` and ``final`` plus the terms of per-sequence initial states, then the gate ``silu(z)``; also the
+    initial states carried to each sequence's end."""
+    extra, carried = _initial_state_terms(C, log_a, initial_states, cu_seqlens)
+    out = out.to(extra.dtype) + extra
+    out = (out * F.silu(z.to(out.dtype)) if z is not None else out).to(dtype)
+    return out, final + carried[-1].to(final.dtype), carried
 
 
 def _initial_state_terms(C, log_a, init, cu_seqlens):
@@ -198,27 +224,16 @@ def ssd(x, dt, A, B, C, chunk_size: int = 256, D=None, z=None, dt_bias=None, ini
     >>> out.shape, final.shape
     (torch.Size([1, 10, 2, 4]), torch.Size([1, 2, 4, 3]))
     """
-    _check(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, dt_limit)
-    if return_varlen_states and cu_seqlens is None:
-        raise ValueError("return_varlen_states needs cu_seqlens")
-    common = torch.promote_types(x.dtype, torch.promote_types(B.dtype, C.dtype))
-    x, B, C = x.to(common), B.to(common), C.to(common)
-    dtp = process_dt(dt, dt_bias, dt_softplus, dt_limit)
-    log_a = dtp * A.to(dtp.dtype)
+    _check(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, dt_limit, return_varlen_states)
+    x, B, C, dtp, log_a = _promoted(x, B, C, process_dt(dt, dt_bias, dt_softplus, dt_limit), A)
     backend = _backend(backend, x, log_a, B, C)
     chunk = _triton_chunk(chunk_size) if backend == "triton" else chunk_size
-    per_sequence = _per_sequence(initial_states, cu_seqlens, x.shape[0])
-    if per_sequence and seq_idx is None:  # a state per sequence: the sequences restart at their boundaries
-        seq_idx = torch.repeat_interleave(torch.arange(cu_seqlens.numel() - 1, device=x.device), cu_seqlens.diff())[None]
+    per_sequence, seq_idx = _sequences(initial_states, cu_seqlens, seq_idx, x)
     out, final, *states = chunked_decay(x, log_a, B, C, scale=dtp, D=D, z=None if per_sequence else z,
                                         initial_state=None if per_sequence else initial_states, seq_idx=seq_idx,
                                         chunk_size=chunk, backend=backend, return_chunk_states=return_varlen_states)
-    carried = None
-    if per_sequence:
-        extra, carried = _initial_state_terms(C, log_a, initial_states, cu_seqlens)
-        out = out.to(extra.dtype) + extra
-        out = (out * F.silu(z.to(out.dtype)) if z is not None else out).to(x.dtype)
-        final = final + carried[-1].to(final.dtype)
+    out, final, carried = _with_initial_states(out, final, C, log_a, initial_states, cu_seqlens, z, x.dtype) \
+        if per_sequence else (out, final, None)
     result = [out] + ([final] if return_final_states else [])
     if return_varlen_states:
         varlen = _varlen_states(x, log_a, B, states[0], cu_seqlens, dtp, seq_idx, chunk)
