@@ -90,5 +90,5 @@ def _contract(order, q, k, v, mask: StructuredMatrix, scale, tuning: Tuning, chu
         return order.run(q, k, v, mask, scale, tuning, chunk)
     with zero_decays_added_by_caller():  # added once below, whether or not the order reads mask.to_dense()
         y = order.run(q, k, v, mask, scale, tuning, chunk)
-    exact = zero_decay_terms(q, k, v, mask, y, lambda *window: sma(*window, scale=scale, tuning=tuning))
+    exact = zero_decay_terms(q, k, v, mask, lambda *window: sma(*window, scale=scale, tuning=tuning))
     return y if exact is None else y + exact

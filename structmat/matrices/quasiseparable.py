@@ -88,6 +88,7 @@ class Quasiseparable(StructuredMatrix):
         self.upper_part = strict_part(upper.to(dtype))
         self.diag = d.to(dtype)
         T = d.shape[-1]
+        self.decay_parts: tuple[OneSS, OneSS] | None = None  # set by lion(): see _lion
         super().__init__((*batch, T, T), dtype, d.device)
 
     @classmethod
@@ -160,8 +161,12 @@ class Quasiseparable(StructuredMatrix):
     @classmethod
     def _lion(cls, forward: OneSS) -> Quasiseparable:
         # M[i, j] for i < j is c_i prod b_j: the transpose of the lower mask with b and c swapped
-        upper = OneSS(forward.log_a, b=forward.c, c=forward.b, lower=False)
-        return cls(forward, upper, forward.diagonal())
+        upper = OneSS(forward.log_a, b=forward.c, c=forward.b, lower=False)._with_decays(forward.decays)
+        out = cls(forward, upper, forward.diagonal())
+        # the two halves as 1-SS masks with their decays: the matvec, to_dense and sma differentiate the decays
+        # exactly at a_t = 0 through them (the generic parts hold only log decays)
+        out.decay_parts = (forward, upper) if forward.decays is not None else None
+        return out
 
     @property
     def order(self) -> tuple[int, int]:
@@ -173,10 +178,21 @@ class Quasiseparable(StructuredMatrix):
     def matvec_flops(self, K: int) -> float:
         return self.lower_part.matvec_flops(K) + self.upper_part.matvec_flops(K) + K * self.shape[-1]
 
+    def _exact_halves(self) -> tuple[OneSS, OneSS] | None:
+        """A LION mask's 1-SS halves where its decays are differentiated (each half holds the diagonal); not while
+        torch.compile traces (the 1-SS matvec runs compiled CPU code that dynamo cannot trace)."""
+        parts = self.decay_parts
+        wanted = parts is not None and parts[0].decays.requires_grad and torch.is_grad_enabled()
+        return parts if wanted and not torch.compiler.is_compiling() else None
+
     def to_dense(self) -> torch.Tensor:
+        if (halves := self._exact_halves()) is not None:
+            return halves[0].to_dense() + halves[1].to_dense() - torch.diag_embed(self.diag)
         return self.lower_part.to_dense() + self.upper_part.to_dense() + torch.diag_embed(self.diag)
 
     def _matmat(self, X: torch.Tensor) -> torch.Tensor:
+        if (halves := self._exact_halves()) is not None:
+            return halves[0].matmul(X) + halves[1].matmul(X) - self.diag[..., None] * X
         return self.lower_part.matmul(X) + self.upper_part.matmul(X) + self.diag[..., None] * X
 
     def _map(self, fn) -> Quasiseparable:
