@@ -7,9 +7,9 @@ is gone from the graph, and autograd gives 0. The output is affine in each ``a_t
     dY/da_t = Y(a with a_t := 1) - Y(a),
 
 non-zero only from ``t`` to the next zero decay and fed only by the steps since the previous one: two
-short re-runs of SMA on that window (``a_t := 1`` and as it is). :func:`zero_decay_terms` returns ``sum_t a_t dY/da_t`` over the
-zero decays, exactly zero in value, whose gradient with respect to each ``a_t`` is the exact
-derivative (first order: the re-run carries no graph).
+short re-runs of SMA on that window (``a_t := 1`` and as it is). :func:`zero_decay_terms` returns
+``sum_t a_t dY/da_t`` over the zero decays, exactly zero in value, whose gradient with respect to each
+``a_t`` is the exact derivative (first order: the re-runs carry no graph).
 """
 
 from __future__ import annotations
