@@ -10,12 +10,19 @@ the primitive of :mod:`structmat.kernels.chunked_decay` with log decays ``dt A``
 from __future__ import annotations
 
 import math
+import numbers
 import os
 
 import torch
 import torch.nn.functional as F
 
-from structmat.core.validation import check_finite, finite_checks_enabled
+from structmat.core.validation import (
+    check_finite,
+    check_positive_int,
+    check_same_device,
+    check_tensor,
+    finite_checks_enabled,
+)
 from structmat.kernels.chunked_decay import chunked_decay, states_after, triton_applies
 
 __all__ = ["ssd", "ssd_step", "process_dt"]
@@ -42,9 +49,30 @@ def _shape(name: str, t, shape) -> None:
         raise ValueError(f"{name} must have shape {tuple(shape)}; got {tuple(t.shape)}")
 
 
-def _check(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, dt_limit):
+def _check_types(required: dict, optional: dict) -> None:
+    """Every argument a tensor (the optional ones may be None), on the device of the first."""
+    first_name, first = next(iter(required.items()))
+    for name, t in (*required.items(), *optional.items()):
+        check_tensor(t, name, optional=name in optional)
+        if t is not None:
+            check_same_device(t, name, first, first_name)
+
+
+def _check_limit(dt_limit) -> None:
+    if not (isinstance(dt_limit, (tuple, list)) and len(dt_limit) == 2 and all(isinstance(d, numbers.Real) for d in dt_limit)):
+        raise TypeError(f"dt_limit must be a pair (min, max) of numbers; got {dt_limit!r}")
+    if not dt_limit[0] <= dt_limit[1]:
+        raise ValueError(f"dt_limit must be (min, max) with min <= max; got {tuple(dt_limit)}")
+
+
+def _check(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, dt_limit, varlen=False):
+    if varlen and cu_seqlens is None:
+        raise ValueError("return_varlen_states needs cu_seqlens")
     if not isinstance(x, torch.Tensor) or x.dim() != 4:
         raise ValueError(f"x must have shape (batch, seqlen, nheads, headdim); got {tuple(getattr(x, 'shape', ()))}")
+    _check_types(dict(x=x, dt=dt, A=A, B=B, C=C), dict(D=D, z=z, dt_bias=dt_bias, initial_states=initial_states,
+                                                      seq_idx=seq_idx, cu_seqlens=cu_seqlens))
+    _check_limit(dt_limit)
     b, l, h, p = x.shape
     _shape("dt", dt, (b, l, h))
     _shape("A", A, (h,))
@@ -62,14 +90,7 @@ def _check(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, c
         raise ValueError(f"initial_states must have shape ({b}, {h}, {p}, {B.shape[3]}) or, one per packed sequence, "
                          f"({cu_seqlens.numel() - 1}, {h}, {p}, {B.shape[3]}); got {tuple(initial_states.shape)}")
     _shape("seq_idx", seq_idx, (b, l))
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f"chunk_size must be a positive int; got {chunk_size!r}")
-    if len(tuple(dt_limit)) != 2 or not dt_limit[0] <= dt_limit[1]:
-        raise ValueError(f"dt_limit must be (min, max) with min <= max; got {tuple(dt_limit)}")
-    for name, t in (("dt", dt), ("A", A), ("B", B), ("C", C), ("D", D), ("z", z), ("dt_bias", dt_bias),
-                    ("initial_states", initial_states), ("seq_idx", seq_idx), ("cu_seqlens", cu_seqlens)):
-        if t is not None and t.device != x.device:
-            raise ValueError(f"{name} is on {t.device} but x is on {x.device}")
+    check_positive_int(chunk_size, "chunk_size")
     if finite_checks_enabled():
         check_finite(A, "A")
         if seq_idx is not None and l > 1 and not bool((seq_idx[:, 1:] >= seq_idx[:, :-1]).all()):
@@ -82,6 +103,30 @@ def _per_sequence(initial_states, cu_seqlens, b: int) -> bool:
     """Whether ``initial_states`` holds one state per packed sequence (with ``cu_seqlens``, as fla accepts)."""
     return initial_states is not None and cu_seqlens is not None and initial_states.dim() == 4 and \
         initial_states.shape[0] == cu_seqlens.numel() - 1 and initial_states.shape[0] != b
+
+
+def _promoted(x, B, C, dtp, A):
+    """``x, B, C`` in their common dtype, the processed ``dt`` and the log decays ``dt A``."""
+    common = torch.promote_types(x.dtype, torch.promote_types(B.dtype, C.dtype))
+    return x.to(common), B.to(common), C.to(common), dtp, dtp * A.to(dtp.dtype)
+
+
+def _sequences(initial_states, cu_seqlens, seq_idx, x):
+    """``(per_sequence, seq_idx)``: with one initial state per packed sequence, the sequences restart at their
+    boundaries (``seq_idx`` built from ``cu_seqlens`` where not given)."""
+    per_sequence = _per_sequence(initial_states, cu_seqlens, x.shape[0])
+    if per_sequence and seq_idx is None:
+        seq_idx = torch.repeat_interleave(torch.arange(cu_seqlens.numel() - 1, device=x.device), cu_seqlens.diff())[None]
+    return per_sequence, seq_idx
+
+
+def _with_initial_states(out, final, C, log_a, initial_states, cu_seqlens, z, dtype):
+    """``out`` and ``final`` plus the terms of per-sequence initial states, then the gate ``silu(z)``; also the
+    initial states carried to each sequence's end."""
+    extra, carried = _initial_state_terms(C, log_a, initial_states, cu_seqlens)
+    out = out.to(extra.dtype) + extra
+    out = (out * F.silu(z.to(out.dtype)) if z is not None else out).to(dtype)
+    return out, final + carried[-1].to(final.dtype), carried
 
 
 def _initial_state_terms(C, log_a, init, cu_seqlens):
@@ -181,27 +226,16 @@ def ssd(x, dt, A, B, C, chunk_size: int = 256, D=None, z=None, dt_bias=None, ini
     >>> out.shape, final.shape
     (torch.Size([1, 10, 2, 4]), torch.Size([1, 2, 4, 3]))
     """
-    _check(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, dt_limit)
-    if return_varlen_states and cu_seqlens is None:
-        raise ValueError("return_varlen_states needs cu_seqlens")
-    common = torch.promote_types(x.dtype, torch.promote_types(B.dtype, C.dtype))
-    x, B, C = x.to(common), B.to(common), C.to(common)
-    dtp = process_dt(dt, dt_bias, dt_softplus, dt_limit)
-    log_a = dtp * A.to(dtp.dtype)
+    _check(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, dt_limit, return_varlen_states)
+    x, B, C, dtp, log_a = _promoted(x, B, C, process_dt(dt, dt_bias, dt_softplus, dt_limit), A)
     backend = _backend(backend, x, log_a, B, C)
     chunk = _triton_chunk(chunk_size) if backend == "triton" else chunk_size
-    per_sequence = _per_sequence(initial_states, cu_seqlens, x.shape[0])
-    if per_sequence and seq_idx is None:  # a state per sequence: the sequences restart at their boundaries
-        seq_idx = torch.repeat_interleave(torch.arange(cu_seqlens.numel() - 1, device=x.device), cu_seqlens.diff())[None]
+    per_sequence, seq_idx = _sequences(initial_states, cu_seqlens, seq_idx, x)
     out, final, *states = chunked_decay(x, log_a, B, C, scale=dtp, D=D, z=None if per_sequence else z,
                                         initial_state=None if per_sequence else initial_states, seq_idx=seq_idx,
                                         chunk_size=chunk, backend=backend, return_chunk_states=return_varlen_states)
-    carried = None
-    if per_sequence:
-        extra, carried = _initial_state_terms(C, log_a, initial_states, cu_seqlens)
-        out = out.to(extra.dtype) + extra
-        out = (out * F.silu(z.to(out.dtype)) if z is not None else out).to(x.dtype)
-        final = final + carried[-1].to(final.dtype)
+    out, final, carried = _with_initial_states(out, final, C, log_a, initial_states, cu_seqlens, z, x.dtype) \
+        if per_sequence else (out, final, None)
     result = [out] + ([final] if return_final_states else [])
     if return_varlen_states:
         varlen = _varlen_states(x, log_a, B, states[0], cu_seqlens, dtp, seq_idx, chunk)
@@ -218,6 +252,16 @@ def _varlen_states(x, log_a, B, chunk_states, cu_seqlens, dtp, seq_idx, chunk: i
     out = after.new_zeros(len(bounds), *after.shape[1:])  # an empty sequence ends in the zero state
     out[[i for i, (s, e) in enumerate(bounds) if e > s]] = after
     return out
+
+
+def _check_step(state, x, dt, A, B, C, D, z, dt_bias) -> None:
+    """Types, devices and the layout (with or without the heads axis) that ``state`` sets for the others."""
+    _check_types(dict(state=state, x=x, dt=dt, A=A, B=B, C=C), dict(D=D, z=z, dt_bias=dt_bias))
+    if not (state.is_floating_point() or state.is_complex()):  # the new state is written into it
+        raise TypeError(f"state must be a floating tensor (updated in place); got {state.dtype}")
+    if state.dim() not in (3, 4) or x.dim() != state.dim() - 1:
+        raise ValueError(f"state must have shape (batch, nheads, headdim, dstate) with x (batch, nheads, headdim), or "
+                         f"(batch, dim, dstate) with x (batch, dim); got state {tuple(state.shape)} and x {tuple(x.shape)}")
 
 
 def ssd_step(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus: bool = False):
@@ -240,6 +284,7 @@ def ssd_step(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus: b
     >>> sm.ssd_step(state, x, dt, A, B, C)[0, 0]
     tensor([2., 2., 2.])
     """
+    _check_step(state, x, dt, A, B, C, D, z, dt_bias)
     heads = state.dim() == 4
     lift = lambda t, dim: None if t is None else (t if heads else t.unsqueeze(dim))  # noqa: E731
     st, x_, dt_, A_, B_, C_ = lift(state, 1), lift(x, 1), lift(dt, 1), lift(A, 0), lift(B, 1), lift(C, 1)
@@ -248,7 +293,7 @@ def ssd_step(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus: b
     _shape("x", x_, (b, h, p))
     _shape("dt", dt_, (b, h, p))
     _shape("A", A_, (h, p, n))
-    if B_.dim() != 3 or B_.shape[0] != b or B_.shape[2] != n or h % B_.shape[1] or C_.shape != B_.shape:
+    if B_.dim() != 3 or B_.shape[0] != b or B_.shape[2] != n or B_.shape[1] == 0 or h % B_.shape[1] or C_.shape != B_.shape:
         raise ValueError(f"B and C must have shape ({b}, ngroups, {n}) with nheads={h} a multiple of ngroups; "
                          f"got {tuple(B_.shape)} and {tuple(C_.shape)}")
     _shape("D", D_, (h, p))

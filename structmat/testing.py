@@ -127,7 +127,7 @@ def diagonals(draw, *, T=None, batch=None, dtype=torch.float64):
 @st.composite
 def bidiagonals(draw, *, T=None, batch=None, dtype=torch.float64):
     T, batch = _sizes(draw, T, batch, 60)
-    M = Bidiagonal(1.5 + draw(_tensor((*batch, T), dtype=dtype)), draw(_tensor((*batch, T - 1), dtype=dtype)))
+    M = Bidiagonal(1.5 + draw(_tensor((*batch, T), dtype=dtype)), draw(_tensor((*batch, max(T - 1, 0)), dtype=dtype)))
     return _oriented(draw, M)
 
 
@@ -150,7 +150,7 @@ def toeplitzes(draw, *, T=None, batch=None, dtype=torch.float64, causal=None):
     """Random :class:`Toeplitz`, general or causal, with a dominant diagonal (well conditioned)."""
     T, batch = _sizes(draw, T, batch, 60)
     c = draw(_tensor((*batch, T), dtype=dtype)) / max(T, 1)
-    c[..., 0] = c[..., 0] + 3.0
+    c[..., :1] += 3.0  # (a slice: T may be 0)
     if draw(st.booleans()) if causal is None else causal:
         return Toeplitz.causal(c)
     return Toeplitz(c, draw(_tensor((*batch, T), dtype=dtype)) / max(T, 1))
@@ -161,7 +161,7 @@ def fouriers(draw, *, T=None, batch=None, dtype=torch.float64):
     """Random circulant (:class:`Fourier`) with a dominant diagonal (no eigenvalue near 0)."""
     T, batch = _sizes(draw, T, batch, 60)
     c = draw(_tensor((*batch, T), dtype=dtype)) / max(T, 1)
-    c[..., 0] = c[..., 0] + 3.0
+    c[..., :1] += 3.0  # (a slice: T may be 0)
     return Fourier.from_kernel(c)
 
 

@@ -34,6 +34,50 @@ def test_zero_decay_gives_exact_zeros_and_finite_gradients():
     assert torch.isfinite(log_a.grad).all()
 
 
+def _dense_decay_mask(a):
+    """``prod_{k=i+1..j} a_k`` entry by entry, ``a (*, T)``: polynomials in ``a``, whose derivative autograd gets
+    exactly at 0 (no logarithm)."""
+    T = a.shape[-1]
+    entry = lambda j, i: a[..., i + 1:j + 1].prod(-1) if j >= i else a.new_zeros(a.shape[:-1])  # noqa: E731
+    return torch.stack([torch.stack([entry(j, i) for i in range(T)], -1) for j in range(T)], -2)
+
+
+@pytest.mark.parametrize("upper", [False, True])
+@pytest.mark.parametrize("order", ["matvec", "to_dense", "quadratic", "linear", "chunked"])
+def test_decay_gradient_at_an_exact_zero(order, upper):
+    """``d/da_t`` at ``a_t = 0`` is finite and non-zero (the entries are polynomials in ``a``). The SMA orders form
+    products of decays in log space, where it was 0: several zeros per head (first and last steps included),
+    per-head decays, scalings with a larger batch than the decays, grouped keys."""
+    g = torch.Generator().manual_seed(0)
+    B, T, H = 2, 9, 3
+    q, k, v = (torch.randn(B, T, h, d, generator=g, dtype=F64) for h, d in ((H, 2), (1, 2), (H, 3)))
+    a = torch.rand(H, T, generator=g, dtype=F64)
+    a[0, [2, 5]], a[1, [1, 8]], a[2, 4] = 0.0, 0.0, 0.0
+    c = torch.randn(H, T, generator=g, dtype=F64)
+    leaves = [t.clone().requires_grad_() for t in (a, q, k, v, c)]
+
+    def run(exact, a, q, k, v, c):
+        M = sm.OneSS.from_decays(a, c=c)
+        M = M.T if upper else M
+        dense = c[:, :, None] * _dense_decay_mask(a)
+        dense = dense.transpose(-1, -2) if upper else dense
+        if order in ("matvec", "to_dense"):
+            X = v[0].transpose(0, 1)
+            return dense @ X if exact else M @ X if order == "matvec" else M.to_dense() @ X
+        if not exact:
+            return sm.sma(q, k, v, M, order=order, chunk=4)
+        L = dense * torch.einsum("bthn,bsn->bhts", q, k[:, :, 0])
+        return torch.einsum("bhts,bshp->bthp", L, v)
+
+    w = torch.randn(run(True, *leaves).shape, generator=g, dtype=F64)
+    got = torch.autograd.grad((run(False, *leaves) * w).sum(), leaves, allow_unused=True)
+    want = torch.autograd.grad((run(True, *leaves) * w).sum(), leaves, allow_unused=True)
+    assert want[0][0, 2] != 0 and want[0][1, 8] != 0
+    for x, y in zip(got, want):
+        if y is not None:
+            torch.testing.assert_close(x, y)
+
+
 def test_tiny_decays_underflow_to_zero_without_nan():
     a = torch.full((500,), 1e-30, dtype=F64)
     y = sm.OneSS.from_decays(a) @ torch.ones(500, dtype=F64)

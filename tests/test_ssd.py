@@ -105,6 +105,43 @@ def test_positional_order_is_mamba_ssm_s():
     assert torch.is_tensor(sm.ssd(*args[:5]))
 
 
+def _segsum(x):
+    """mamba_ssm's stable segment sum (``modules/ssd_minimal.py``): ``out[..., i, j] = sum x[j+1..i]``, -inf above."""
+    T = x.shape[-1]
+    x = x[..., None].expand(*x.shape, T).masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(-1), 0)
+    return torch.cumsum(x, dim=-2).masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), -torch.inf)
+
+
+def mamba_ssm_reference(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None, dt_softplus=False):
+    """A port (einops spelled out) of mamba_ssm's CPU reference: ``ssd_chunk_scan_combined_ref``'s arguments and
+    ``dt`` processing, the chunked algorithm of ``ssd_minimal_discrete`` (Listing 1 of the Mamba-2 paper)."""
+    b, l, h, p = x.shape
+    dt = dt.double() + (0 if dt_bias is None else dt_bias.double())
+    dt = F.softplus(dt) if dt_softplus else dt
+    Bh, Ch = (t.double().repeat_interleave(h // t.shape[2], dim=2) for t in (B, C))
+    X, dA = x.double() * dt[..., None], dt * A.double()
+    X, dA, Bh, Ch = (t.reshape(b, l // chunk_size, chunk_size, *t.shape[2:]) for t in (X, dA, Bh, Ch))
+    dA = dA.permute(0, 3, 1, 2)  # b h c l
+    cum = torch.cumsum(dA, dim=-1)
+    y_diag = torch.einsum("bclhn,bcshn,bhcls,bcshp->bclhp", Ch, Bh, torch.exp(_segsum(dA)), X)
+    states = torch.einsum("bclhn,bhcl,bclhp->bchpn", Bh, torch.exp(cum[..., -1:] - cum), X)
+    states = torch.cat([torch.zeros_like(states[:, :1]), states], dim=1)
+    states = torch.einsum("bhzc,bchpn->bzhpn", torch.exp(_segsum(F.pad(cum[..., -1], (1, 0)))), states)[:, :-1]
+    y = (y_diag + torch.einsum("bclhn,bchpn,bhcl->bclhp", Ch, states, torch.exp(cum))).reshape(b, l, h, p)
+    y = y if D is None else y + x.double() * (D.double()[:, None] if D.dim() == 1 else D.double())
+    return y if z is None else y * F.silu(z.double())
+
+
+@pytest.mark.parametrize("D_dim", [1, 2])
+def test_same_positional_call_as_mamba_ssm_s_reference(D_dim):
+    """``ssd`` and mamba_ssm's reference take the same positional arguments (up to ``dt_bias``) and agree."""
+    t = inputs(2, 32, 4, 3, 2, 5, seed=6, dtype=F64, device="cpu")
+    D = t["D"].double()[:, 0] if D_dim == 1 else t["D"].double()
+    args = (t["x"], t["dt"].double() - 0.5, t["A"].double(), t["B"], t["C"], 8, D, t["z"], t["dt_bias"].double())
+    assert rel(sm.ssd(*args, dt_softplus=True), mamba_ssm_reference(*args, dt_softplus=True)) < 1e-12
+    assert rel(sm.ssd(*args[:6]), mamba_ssm_reference(*args[:6])) < 1e-12
+
+
 @pytest.mark.skipif(not (torch.cuda.is_available() and (Path(__file__).parents[1] / "peers/mamba_ssm").is_dir()),
                     reason="needs a GPU and mamba_ssm's sources in peers/ (the benchmark machine)")
 def test_same_positional_call_as_mamba_ssm_on_the_gpu():
@@ -203,6 +240,15 @@ def test_mixed_dtypes_and_empty_sequences():
     assert out.shape == (1, 0, 2, 3) and fin.shape == (1, 2, 3, 4) and (fin == 0).all()
 
 
+def test_empty_batch():
+    """A zero-size batch gives numpy's answer (empty outputs and states); the torch backend's chunk reshape
+    crashed ("cannot reshape tensor of 0 elements ... -1 can be any value")."""
+    e = inputs(0, 10, 2, 3, 1, 4, device="cpu")
+    out, fin = sm.ssd(e["x"], e["dt"], e["A"], e["B"], e["C"], 4, D=e["D"], z=e["z"], return_final_states=True,
+                      backend="torch")
+    assert out.shape == (0, 10, 2, 3) and fin.shape == (0, 2, 3, 4)
+
+
 def test_errors_name_the_argument():
     t = inputs(1, 8, 2, 3, 1, 4, device="cpu")
     x, dt, A, B, C = (t[k] for k in ("x", "dt", "A", "B", "C"))
@@ -227,6 +273,15 @@ def test_errors_name_the_argument():
         kw.update(change)
         with pytest.raises(ValueError, match=message):
             sm.ssd(kw.pop("x"), kw.pop("dt"), kw.pop("A"), kw.pop("B"), kw.pop("C"), **kw)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU error")
+def test_triton_backend_on_cpu_tensors_says_so(monkeypatch):
+    """Outside the interpreter, CPU tensors got Triton's "0 active drivers"; now an error naming the backend."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    t = inputs(1, 8, 2, 3, 1, 4, device="cpu")
+    with pytest.raises(ValueError, match="backend='triton' needs CUDA tensors"):
+        sm.ssd(t["x"], t["dt"], t["A"], t["B"], t["C"], 16, backend="triton")
 
 
 def test_ssd_step_reproduces_ssd_and_updates_in_place():

@@ -3,12 +3,15 @@ and the exact inverses that turn 1-SS matrices into bidiagonal ones and back."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from structmat.algebra.semiseparable import sss_add, sss_matmul
 from structmat.core.base import StructuredMatrix
+from structmat.core.dtypes import real_dtype
 from structmat.core.lazy import Inverse
-from structmat.core.validation import SingularMatrixError, check_overflow
+from structmat.core.validation import SingularMatrixError, check_overflow, overflow_checks_enabled
 from structmat.matrices.bidiagonal import Bidiagonal
 from structmat.matrices.dense import Dense
 from structmat.matrices.diagonal import Diagonal
@@ -125,7 +128,9 @@ def sss_bidiagonal_matmul(m: SSS, a: Bidiagonal) -> SSS:
 def bidiagonal_inverse(a: Bidiagonal) -> OneSS:
     """Exact inverse as a :class:`~structmat.OneSS`: ``x_t = (y_t - sub_{t-1} x_{t-1}) / diag_t``.
 
-    Negative ratios are carried by signs in ``b`` and ``c`` so the decays stay in log space.
+    The ratios ``r_t = -sub_{t-1} / diag_t`` enter as decays ``|r_t|`` (log space) and phases
+    ``r_t / |r_t|`` (signs for real entries) carried by ``b`` and ``c``: the cumulative phases have
+    modulus one, so complex matrices invert as real ones do, with no growth or cancellation.
     """
     if not a.lower:
         return bidiagonal_inverse(a.T).T
@@ -133,11 +138,32 @@ def bidiagonal_inverse(a: Bidiagonal) -> OneSS:
         raise SingularMatrixError("Bidiagonal has a zero diagonal entry")
     batch = a.batch_shape
     diag, sub = a.diag.expand(*batch, a.shape[-1]), a.sub.expand(*batch, a.sub.shape[-1])
-    if sub.is_complex() or diag.is_complex():
-        raise TypeError("Bidiagonal.inv() as OneSS needs real entries; use to_sss().inv()")
-    ratio = check_overflow(torch.cat([torch.ones_like(diag[..., :1]), -sub / diag[..., 1:]], dim=-1), "Bidiagonal.inv() decays")
-    sign = torch.cumprod(torch.where(ratio < 0, -1.0, 1.0).to(ratio.dtype), dim=-1)
-    return OneSS(safe_log(ratio.abs()), b=check_overflow(sign / diag, "Bidiagonal.inv() scaling"), c=sign)
+    ratio = check_overflow(torch.cat([torch.ones_like(diag[..., :1]), -sub / diag[..., 1:]], dim=-1),
+                           "Bidiagonal.inv(): the ratio sub[t-1] / diag[t]")
+    size = ratio.abs()
+    phase = torch.cumprod(torch.where(size > 0, ratio / torch.where(size > 0, size, 1.0), 1.0), dim=-1)
+    log_size = safe_log(size)
+    _check_inverse_range(log_size, diag)
+    return OneSS(log_size, b=1.0 / (phase * diag), c=phase)  # 1 / diag_i is the entry (i, i): in range
+
+
+def _check_inverse_range(log_size: torch.Tensor, diag: torch.Tensor) -> None:
+    """Raise where an entry ``prod_{k=i+1..j} |r_k| / |diag_i|`` of the inverse exceeds the dtype's range: the
+    log-space generators hold it, but every matvec and ``to_dense`` would give infinities, then NaN."""
+    if not overflow_checks_enabled() or log_size.numel() == 0 or log_size.device.type == "meta":
+        return
+    logs = log_size.detach().real.double()
+    finite = torch.isfinite(logs)
+    # a cut (a zero ratio) as a log so negative that no product across it reaches 1: no -inf - -inf = NaN
+    cut = -(logs.abs().where(finite, 0.0).sum(-1, keepdim=True) + 1e3)
+    S = torch.cumsum(torch.where(finite, logs, cut), dim=-1)
+    later_max = torch.flip(torch.cummax(torch.flip(S, (-1,)), dim=-1).values, (-1,))  # max_{j >= i} S_j
+    largest = (later_max - S - diag.detach().abs().double().log()).max()
+    limit = math.log(torch.finfo(real_dtype(diag.dtype)).max)
+    if largest > limit:
+        hint = "" if limit > 700 else "; try float64"
+        raise SingularMatrixError(f"Bidiagonal.inv() has entries up to about 1e{largest / math.log(10):.0f}, beyond "
+                                  f"{str(diag.dtype).replace('torch.', '')}: the matrix is too close to singular{hint}")
 
 
 def oness_inverse(m: OneSS) -> Bidiagonal:

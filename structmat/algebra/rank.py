@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from structmat.core.base import StructuredMatrix
-from structmat.core.validation import as_tensor
+from structmat.core.validation import as_tensor, check_finite, check_tolerance
 from structmat.linalg.hankel import hankel_ranks
 from structmat.matrices.bidiagonal import Bidiagonal
 from structmat.matrices.dense import Dense
@@ -25,7 +25,7 @@ def _dense_rank(M: torch.Tensor, tol: float | None, strict: bool) -> int:
     """Ranks of the blocks from their singular values, counted against the whole matrix's 2-norm (so
     blocks that are rounding noise of a cancelled matrix count as zero)."""
     T = M.shape[-1]
-    if T == 0:
+    if M.numel() == 0:  # no entries (T = 0 or an empty batch): no block has a rank
         return 0
     M = M.to(torch.complex128 if M.is_complex() else torch.float64)
     norm = torch.linalg.matrix_norm(M, ord=2).max().clamp_min(1e-300)
@@ -73,7 +73,10 @@ def semiseparable_rank(M, tol: float | None = None, strict: bool = False) -> int
     >>> sm.semiseparable_rank(M), sm.semiseparable_rank(M.inv()), sm.semiseparable_rank(M.inv(), strict=True)
     (1, 2, 1)
     """
+    tol = check_tolerance(tol)
     if isinstance(M, StructuredMatrix):
+        if M.batch_shape.numel() == 0:  # the largest rank over an empty batch, as for a dense one (D39)
+            return 0
         if isinstance(M, SSS):
             return _sss_rank(M, tol, strict)
         if isinstance(M, Bidiagonal):
@@ -91,4 +94,5 @@ def semiseparable_rank(M, tol: float | None = None, strict: bool = False) -> int
     M = as_tensor(M, "M")
     if M.dim() < 2 or M.shape[-1] != M.shape[-2]:
         raise ValueError(f"M must have shape (*, T, T); got {tuple(M.shape)}")
+    check_finite(M, "M")  # (an SVD of NaN does not converge; of inf, it is no rank)
     return _dense_rank(M, tol, strict)

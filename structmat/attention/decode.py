@@ -17,6 +17,7 @@ import torch
 from structmat.attention.heads import check_qkv, expand_heads, mask_as_bh
 from structmat.core.base import StructuredMatrix
 from structmat.core.transitions import Transitions
+from structmat.core.validation import check_scalar, check_tensor
 from structmat.linalg.scan import linear_scan
 from structmat.matrices.bidiagonal import Bidiagonal
 from structmat.matrices.sss import SSS
@@ -134,7 +135,8 @@ class SMADecoder:
 
     def __init__(self, mask: StructuredMatrix, *, scale: float = 1.0, state: torch.Tensor | None = None,
                  start: int = 0):
-        self.mask, self.scale, self.t, self.state = _lower_sss(mask), scale, int(start), state
+        self.mask, self.t, self.state = _lower_sss(mask), int(start), state
+        self.scale = check_scalar(scale, "scale", real=True)
         if not 0 <= self.t <= self.mask.shape[-2]:
             raise ValueError(f"start must be in [0, T={self.mask.shape[-2]}]; got {start}")
 
@@ -142,6 +144,10 @@ class SMADecoder:
         """One token: ``q_t (B, H|Hk, N)``, ``k_t (B, Hk, N)``, ``v_t (B, H, P)`` -> ``y_t (B, H, P)``."""
         if self.t >= self.mask.shape[-2]:
             raise IndexError(f"the mask has only T={self.mask.shape[-2]} positions")
+        for name, t, what in (("q_t", q_t, "(batch, heads, N)"), ("k_t", k_t, "(batch, k heads, N)"), ("v_t", v_t, "(batch, heads, P)")):
+            check_tensor(t, name, f"a 3-D tensor {what}")
+            if t.dim() != 3:
+                raise ValueError(f"{name} must be a 3-D tensor {what}; got shape {tuple(t.shape)}")
         check_qkv(q_t[:, None], k_t[:, None], v_t[:, None])
         M = mask_as_bh(self.mask, v_t.shape[0], v_t.shape[1])
         G = M.generators.expand(M.batch_shape).narrow(self.t, 1)

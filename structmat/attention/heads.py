@@ -6,22 +6,35 @@ import torch
 
 from structmat.attention.tuning import Tuning
 from structmat.core.base import StructuredMatrix
+from structmat.core.validation import check_matrix, check_same_device
 
-__all__ = ["check_qkv", "expand_heads", "mask_to_bh", "mask_as_bh", "out_dtype", "add_diagonal", "time_blocks",
+__all__ = ["check_qkv", "check_mask", "expand_heads", "mask_to_bh", "mask_as_bh", "out_dtype", "add_diagonal", "time_blocks",
            "time_tile"]
 
 
-def check_qkv(q, k, v) -> None:
-    """Shapes ``q (B, T, H|Hk, N)``, ``k (B, S, Hk, N)``, ``v (B, S, H, P)`` with ``H % Hk == 0``."""
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor) or t.dim() != 4:
-            raise ValueError(f"{name} must be a 4-D tensor (batch, length, heads, features); got "
-                             f"{tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}")
-    Bsz, _, Hq, N = q.shape
-    _, S, Hk, Nk = k.shape
-    _, Sv, H, _ = v.shape
-    if k.shape[0] != Bsz or v.shape[0] != Bsz:
-        raise ValueError(f"q, k, v must share the batch size; got {Bsz}, {k.shape[0]}, {v.shape[0]}")
+def _shape_of(name: str, t, shapes: bool) -> tuple[int, ...]:
+    """The shape of a 4-D tensor ``t`` (or, where ``shapes``, of a shape given as 4 sizes)."""
+    what = "a 4-D tensor (batch, length, heads, features)" + (" or its shape" if shapes else "")
+    if isinstance(t, torch.Tensor):
+        shape = tuple(t.shape)
+    elif shapes and isinstance(t, (tuple, list)) and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in t):
+        shape = tuple(t)
+    else:
+        raise TypeError(f"{name} must be {what}; got {type(t).__name__}")
+    if len(shape) != 4:
+        raise ValueError(f"{name} must be {what}; got shape {shape}")
+    return shape
+
+
+def check_qkv(q, k, v, *, shapes: bool = False) -> None:
+    """Shapes ``q (B, T, H|Hk, N)``, ``k (B, S, Hk, N)``, ``v (B, S, H, P)`` with ``H % Hk == 0``, tensors on one
+    device (``shapes``: each may be given by its shape instead, as :func:`~structmat.sma_plan` takes them)."""
+    (Bsz, _, Hq, N), (Bk, S, Hk, Nk), (Bv, Sv, H, _) = (_shape_of(n, t, shapes) for n, t in (("q", q), ("k", k), ("v", v)))
+    for name, t in (("k", k), ("v", v)):
+        if isinstance(t, torch.Tensor) and isinstance(q, torch.Tensor):
+            check_same_device(t, name, q, "q")
+    if Bk != Bsz or Bv != Bsz:
+        raise ValueError(f"q, k, v must share the batch size; got {Bsz}, {Bk}, {Bv}")
     if Nk != N:
         raise ValueError(f"q and k must share the last dim N; got {N} and {Nk}")
     if Sv != S:
@@ -30,6 +43,16 @@ def check_qkv(q, k, v) -> None:
         raise ValueError(f"v heads H={H} must be a multiple of k heads H_k={Hk}")
     if Hq not in (H, Hk):
         raise ValueError(f"q must have H={H} or H_k={Hk} heads; got {Hq}")
+
+
+def check_mask(mask, T: int, S: int, B: int, H: int, device: torch.device | None) -> None:
+    """``mask`` a structured ``(*, T, S)`` matrix with batch broadcasting to ``(B, H)``, on the device of ``q``."""
+    check_matrix(mask, "mask")
+    if tuple(mask.shape[-2:]) != (T, S):
+        raise ValueError(f"mask must have shape (*, {T}, {S}) for T={T}, S={S}; got {tuple(mask.shape)}")
+    mask_to_bh(mask, B, H)
+    if device is not None and mask.device != device:
+        raise ValueError(f"mask is on {mask.device} but q is on {device}")
 
 
 def expand_heads(q, k, v):

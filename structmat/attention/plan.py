@@ -14,9 +14,11 @@ from dataclasses import dataclass, field
 
 import torch
 
+from structmat.attention.heads import check_mask, check_qkv
 from structmat.attention.orders import ORDERS, Problem, admissible
 from structmat.attention.tuning import Tuning, tuning_for
 from structmat.core.base import StructuredMatrix
+from structmat.core.validation import check_positive_int
 
 __all__ = ["Plan", "sma_plan"]
 
@@ -46,6 +48,15 @@ def _shape(t) -> tuple[int, ...]:
     return tuple(t.shape) if isinstance(t, torch.Tensor) else tuple(t)
 
 
+def _check(q, k, v, mask, chunk) -> None:
+    """What :func:`~structmat.sma` checks, on tensors or shapes."""
+    check_qkv(q, k, v, shapes=True)
+    H = _shape(v)[2]
+    check_mask(mask, _shape(q)[1], _shape(k)[1], _shape(q)[0], H, q.device if isinstance(q, torch.Tensor) else None)
+    if chunk is not None:
+        check_positive_int(chunk, "chunk")
+
+
 def sma_plan(q, k, v, mask: StructuredMatrix, *, dtype: torch.dtype | None = None, device=None, chunk: int | None = None,
              tuning: Tuning | None = None) -> Plan:
     """Plan an SMA call from tensors or shapes ``q (B, T, H|Hk, N)``, ``k (B, S, Hk, N)``, ``v (B, S, H, P)``.
@@ -57,6 +68,7 @@ def sma_plan(q, k, v, mask: StructuredMatrix, *, dtype: torch.dtype | None = Non
     >>> plan.order
     'chunked'
     """
+    _check(q, k, v, mask, chunk)
     Bsz, T, _, N = _shape(q)
     S = _shape(k)[1]
     H, P = _shape(v)[2], _shape(v)[3]

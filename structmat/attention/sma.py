@@ -4,15 +4,26 @@ from __future__ import annotations
 
 import torch
 
-from structmat.attention.heads import check_qkv, expand_heads, mask_to_bh
+from structmat.attention.heads import check_mask, check_qkv, expand_heads
 from structmat.attention.orders import ORDERS, admissible
 from structmat.attention.plan import sma_plan
 from structmat.attention.tuning import Tuning, tuning_for
+from structmat.attention.zero_decays import zero_decay_terms, zero_decays_apply
 from structmat.core.base import StructuredMatrix
+from structmat.core.validation import check_positive_int, check_scalar
+from structmat.matrices.one_ss import zero_decays_added_by_caller
 
 __all__ = ["sma"]
 
 _LOW_PRECISION = (torch.bfloat16, torch.float16)
+
+
+def _result_dtype(activations: torch.dtype, mask: torch.dtype) -> torch.dtype:
+    """The output dtype: the promotion of the activations' and the mask's, but 16-bit activations stay 16-bit
+    beside a real mask (see :func:`sma`'s Returns)."""
+    if activations in _LOW_PRECISION and not mask.is_complex:
+        return activations
+    return torch.promote_types(activations, mask)
 
 
 def sma(q, k, v, mask: StructuredMatrix, *, order: str = "auto", scale: float = 1.0, chunk: int | None = None,
@@ -35,8 +46,10 @@ def sma(q, k, v, mask: StructuredMatrix, *, order: str = "auto", scale: float = 
 
     Returns
     -------
-    Tensor ``(B, T, H, P)`` in the dtype ``q, k, v`` and the mask promote to (16-bit inputs
-    accumulate in float32 and come back in their dtype), complex if the mask is complex.
+    Tensor ``(B, T, H, P)`` in the dtype ``q, k, v`` and the mask promote to (torch's promotion:
+    float32 activations with a float64 mask give float64), complex if the mask is complex. 16-bit
+    inputs accumulate in float32 and come back in their dtype whatever the precision of a real mask
+    (mixed precision: decays kept in float32 do not widen bfloat16 activations).
 
     Costs (:func:`sma_plan`): quadratic ``O(B H T S (N + P))``, linear ``O(B H S N P)`` times the
     mask's matvec, chunked ``O(B H T L (N + P) + B H T n N P)``.
@@ -50,24 +63,32 @@ def sma(q, k, v, mask: StructuredMatrix, *, order: str = "auto", scale: float = 
     >>> torch.allclose(y, sm.sma(q, k, v, M, order="quadratic"), atol=1e-5)
     True
     """
-    if not isinstance(mask, StructuredMatrix):
-        raise TypeError(f"mask must be a StructuredMatrix; got {type(mask).__name__}")
     check_qkv(q, k, v)
     q, k, v = expand_heads(q, k, v)
     T, S = q.shape[1], k.shape[1]
-    if tuple(mask.shape[-2:]) != (T, S):
-        raise ValueError(f"mask must have shape (*, {T}, {S}) for T={T}, S={S}; got {tuple(mask.shape)}")
-    mask_to_bh(mask, q.shape[0], q.shape[2])
+    check_mask(mask, T, S, q.shape[0], q.shape[2], q.device)
+    scale = check_scalar(scale, "scale", real=True)  # NaN or inf would spread to every output
+    chunk = None if chunk is None else check_positive_int(chunk, "chunk")
     tuning = tuning or tuning_for(v.device)
     if order != "auto" and (order not in ORDERS or not ORDERS[order].admissible(mask)):
         raise ValueError(f"order {order!r} is not admissible for {type(mask).__name__}; choose from {admissible(mask)}")
     dtype = torch.promote_types(torch.promote_types(q.dtype, k.dtype), v.dtype)
+    result = _result_dtype(dtype, mask.dtype)
     if 0 in (q.shape[0], T, S, q.shape[2], q.shape[3], v.shape[3]):  # nothing to contract: zeros of the right shape
-        return v.new_zeros(q.shape[0], T, q.shape[2], v.shape[3], dtype=torch.promote_types(dtype, mask.dtype))
+        return v.new_zeros(q.shape[0], T, q.shape[2], v.shape[3], dtype=result)
     if order == "auto":
         plan = sma_plan(q, k, v, mask, chunk=chunk, tuning=tuning)
         order, chunk = plan.order, plan.chunk
     work = torch.float32 if dtype in _LOW_PRECISION else dtype  # 16-bit inputs accumulate in float32
     q, k, v = q.to(work), k.to(work), v.to(work)
-    y = ORDERS[order].run(q, k, v, mask, scale, tuning, chunk or tuning.chunk)
-    return y if y.is_complex() else y.to(dtype)
+    return _contract(ORDERS[order], q, k, v, mask, scale, tuning, chunk or tuning.chunk).to(result)
+
+
+def _contract(order, q, k, v, mask: StructuredMatrix, scale, tuning: Tuning, chunk: int) -> torch.Tensor:
+    """``order.run``, plus the exact decay gradients at ``a_t = 0`` of a 1-SS mask (:mod:`~structmat.attention.zero_decays`)."""
+    if not zero_decays_apply(mask):
+        return order.run(q, k, v, mask, scale, tuning, chunk)
+    with zero_decays_added_by_caller():  # added once below, whether or not the order reads mask.to_dense()
+        y = order.run(q, k, v, mask, scale, tuning, chunk)
+    exact = zero_decay_terms(q, k, v, mask, lambda *window: sma(*window, scale=scale, tuning=tuning))
+    return y if exact is None else y + exact

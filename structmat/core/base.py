@@ -19,7 +19,14 @@ import torch
 
 from structmat.core import dispatch
 from structmat.core.dtypes import real_dtype
-from structmat.core.validation import as_tensor, broadcast_batch, trusted_parameters
+from structmat.core.validation import (
+    as_tensor,
+    broadcast_batch,
+    check_scalar,
+    finite_checks_enabled,
+    to_target,
+    trusted_parameters,
+)
 
 __all__ = ["StructuredMatrix", "is_scalar"]
 
@@ -60,7 +67,10 @@ class StructuredMatrix(abc.ABC):
 
     @abc.abstractmethod
     def _map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> StructuredMatrix:
-        """The same matrix with ``fn`` applied to every tensor parameter (``to``, ``conj``)."""
+        """The same matrix with ``fn`` applied to every tensor parameter (moves, casts, reshapes, ``torch.conj``).
+
+        Only the default :meth:`conj` maps ``torch.conj``: classes whose parameters are not their entries
+        (spectra, transforms) override :meth:`conj`, and composites conjugate operand by operand."""
 
     @abc.abstractmethod
     def _scale(self, s) -> StructuredMatrix:
@@ -108,7 +118,11 @@ class StructuredMatrix(abc.ABC):
     # --- products with dense operands ----------------------------------------------------------
     def matmul(self, X: Any) -> torch.Tensor:
         """``M @ X`` for a dense operand, following ``torch.matmul``."""
-        M, X, vector = self._operand(X)
+        return self._product(X, "X")
+
+    def _product(self, X: Any, name: str) -> torch.Tensor:
+        """:meth:`matmul` with errors that call the operand ``name`` (``Y`` when an inverse solves)."""
+        M, X, vector = self._operand(X, name)
         Y = M._matmat(X)
         return Y[..., 0] if vector else Y
 
@@ -170,14 +184,20 @@ class StructuredMatrix(abc.ABC):
     def __mul__(self, s: Any):
         if not is_scalar(s):
             return NotImplemented
-        return self._scale(s.item() if isinstance(s, np.ndarray | np.generic) else s)
+        return self._scale(check_scalar(s, "scale factor"))  # NaN or inf would spread to every entry
 
     __rmul__ = __mul__
 
     def __truediv__(self, s: Any):
         if not is_scalar(s):
             return NotImplemented
-        return self * (1.0 / (s.item() if isinstance(s, np.ndarray | np.generic) else s))
+        s = check_scalar(s, "divisor")
+        if not isinstance(s, torch.Tensor):
+            return self * (1.0 / s)  # a Python zero raises Python's ZeroDivisionError
+        if finite_checks_enabled() and s.device.type != "meta" and bool(s == 0):
+            raise ZeroDivisionError("division by zero: the divisor is a zero tensor")
+        # the reciprocal in the result's precision: torch divides a float64 tensor by a float32 0-d one in float64
+        return self * (1.0 / s.to(torch.promote_types(s.dtype, self.dtype)))
 
     def hadamard(self, other: StructuredMatrix) -> StructuredMatrix:
         """Elementwise product ``M * N`` (the result class comes from the closure rules)."""
@@ -193,7 +213,7 @@ class StructuredMatrix(abc.ABC):
     def solve(self, Y: Any) -> torch.Tensor:
         """Solve ``M X = Y`` for ``Y`` of shape ``(*, T, K)`` or ``(T,)``, through :meth:`inv`."""
         self._check_square("solve()")
-        return self.inv().matmul(Y)
+        return self.inv()._product(Y, "Y")
 
     @property
     def T(self) -> StructuredMatrix:
@@ -209,8 +229,10 @@ class StructuredMatrix(abc.ABC):
         return self._map(torch.conj) if self.dtype.is_complex else self
 
     def to(self, *args, **kwargs) -> StructuredMatrix:
-        """Like ``torch.Tensor.to``: move every parameter to a dtype and/or device."""
-        if _range(_target_dtype(self.dtype, args, kwargs)) >= _range(self.dtype):  # no overflow: checked when made
+        """Like ``torch.Tensor.to``: move every parameter to a floating or complex dtype and/or a device
+        (an integer or boolean dtype raises ``TypeError``: it would truncate the parameters)."""
+        dtype, _ = to_target(args, kwargs)
+        if _range(dtype or self.dtype) >= _range(self.dtype):  # no overflow: checked when made
             with trusted_parameters():
                 return self._map(lambda t: t.to(*args, **kwargs))
         return self._map(lambda t: t.to(*args, **kwargs))
@@ -224,16 +246,6 @@ class StructuredMatrix(abc.ABC):
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
         out = self.to_dense().detach().cpu().resolve_conj().numpy()
         return out.astype(dtype) if dtype is not None else out
-
-
-def _target_dtype(dtype: torch.dtype, args, kwargs) -> torch.dtype:
-    """The dtype a ``.to(*args, **kwargs)`` call asks for (``dtype`` if it names none)."""
-    for a in (*args, kwargs.get("dtype"), kwargs.get("other")):
-        if isinstance(a, torch.dtype):
-            return a
-        if isinstance(a, torch.Tensor):
-            return a.dtype
-    return dtype
 
 
 def _range(dtype: torch.dtype) -> float:

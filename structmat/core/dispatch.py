@@ -20,6 +20,7 @@ closure rules live in :mod:`structmat.algebra.rules`; users add theirs with :fun
 from __future__ import annotations
 
 import itertools
+import numbers
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -102,14 +103,22 @@ def register(op: str, *classes: type, when: Callable[..., bool] | None = None, p
     >>> type(Scaled(torch.ones(3)) @ Scaled(torch.ones(3))).__name__
     'Scaled'
     """
-    if op not in OPERATIONS:
-        raise ValueError(f"op must be one of {sorted(OPERATIONS)}; got {op!r}")
+    _check_op(op)
     if len(classes) != OPERATIONS[op]:
         raise ValueError(f"{op} takes {OPERATIONS[op]} operand classes; got {len(classes)}")
+    for cls in classes:  # a non-class would break isinstance in every later dispatch of op
+        if not isinstance(cls, type):
+            raise TypeError(f"operand classes must be types (StructuredMatrix subclasses); got {cls!r}")
+    if when is not None and not callable(when):
+        raise TypeError(f"when must be a callable condition on the operands, or None; got {type(when).__name__}")
+    if isinstance(precedence, bool) or not isinstance(precedence, numbers.Integral):
+        raise TypeError(f"precedence must be an int; got {precedence!r}")
     if symmetric and OPERATIONS[op] != 2:
         raise ValueError("symmetric applies to binary operations only")
 
     def add(fn: Callable) -> Callable:
+        if not callable(fn):
+            raise TypeError(f"the rule must be a callable fn(*operands); got {type(fn).__name__}")
         _REGISTRY[op].append(Rule(op, tuple(classes), fn, when, precedence, result, doc or (fn.__doc__ or "")))
         if symmetric and classes[0] is not classes[1]:
             swapped_when = None if when is None else (lambda a, b: when(b, a))
@@ -128,10 +137,16 @@ def _swapped(fn: Callable) -> Callable:
     return swapped
 
 
+def _check_op(op: Any) -> None:
+    if not (isinstance(op, str) and op in OPERATIONS):
+        raise ValueError(f"op must be one of {sorted(OPERATIONS)}; got {op!r}")
+
+
 def rules(op: str | None = None) -> list[Rule]:
     """The registered rules (of one operation, or all) in registration order."""
     if op is None:
         return [r for op_rules in _REGISTRY.values() for r in op_rules]
+    _check_op(op)
     return list(_REGISTRY[op])
 
 

@@ -1,5 +1,8 @@
 """Lazy composites: sums, products, inverses and transposes that keep a fast matvec.
 
+They conjugate operand by operand through ``conj()``, never ``_map(torch.conj)``: conjugating the
+parameters of a spectral operand (a ``Fourier`` spectrum, a ``DFT``) does not conjugate its entries.
+
 They are the last resort of the closure rules (registered here at precedence
 :data:`~structmat.core.dispatch.FALLBACK`). None of them ever densifies: ``to_dense()`` is only
 computed when asked for, from the operands' dense forms.
@@ -13,13 +16,26 @@ import torch
 
 from structmat.core.base import StructuredMatrix
 from structmat.core.dispatch import FALLBACK, register
-from structmat.core.validation import broadcast_batch
+from structmat.core.validation import broadcast_batch, check_matrix
 
 __all__ = ["Sum", "Product", "Inverse", "Transpose"]
 
 
 def _common_dtype(ops) -> torch.dtype:
     return functools.reduce(torch.promote_types, (op.dtype for op in ops))
+
+
+def _operands(ops, kind: type, what: str) -> list[StructuredMatrix]:
+    """The ``what``s (terms, factors) of a lazy ``kind`` (a Sum or Product), nested ones flattened, checked:
+    structured matrices on one device."""
+    flat = []
+    for i, op in enumerate(ops):
+        check_matrix(op, f"{kind.__name__} {what} {i}", "a StructuredMatrix (wrap a tensor in Dense)")
+        flat.extend(getattr(op, what + "s") if isinstance(op, kind) else [op])
+    devices = sorted({str(op.device) for op in flat})
+    if len(devices) > 1:
+        raise ValueError(f"{kind.__name__} {what}s are on different devices: {', '.join(devices)}")
+    return flat
 
 
 class Sum(StructuredMatrix):
@@ -36,9 +52,7 @@ class Sum(StructuredMatrix):
     def __init__(self, *terms: StructuredMatrix):
         if len(terms) < 2:
             raise ValueError("Sum needs at least two terms")
-        flat = []
-        for t in terms:
-            flat.extend(t.terms if isinstance(t, Sum) else [t])
+        flat = _operands(terms, Sum, "term")
         shapes = {tuple(t.shape[-2:]) for t in flat}
         if len(shapes) != 1:
             raise ValueError(f"Sum terms must share (T, S); got {sorted(shapes)}")
@@ -57,6 +71,9 @@ class Sum(StructuredMatrix):
 
     def _map(self, fn) -> Sum:
         return Sum(*(t._map(fn) for t in self.terms))
+
+    def conj(self) -> Sum:
+        return Sum(*(t.conj() for t in self.terms)) if self.dtype.is_complex else self
 
     @property
     def T(self) -> Sum:
@@ -78,9 +95,7 @@ class Product(StructuredMatrix):
     def __init__(self, *factors: StructuredMatrix):
         if len(factors) < 2:
             raise ValueError("Product needs at least two factors")
-        flat = []
-        for f in factors:
-            flat.extend(f.factors if isinstance(f, Product) else [f])
+        flat = _operands(factors, Product, "factor")
         for left, right in zip(flat, flat[1:]):
             if left.shape[-1] != right.shape[-2]:
                 raise ValueError(f"Product factors do not chain: {tuple(left.shape)} @ {tuple(right.shape)}")
@@ -98,6 +113,9 @@ class Product(StructuredMatrix):
 
     def _map(self, fn) -> Product:
         return Product(*(f._map(fn) for f in self.factors))
+
+    def conj(self) -> Product:
+        return Product(*(f.conj() for f in self.factors)) if self.dtype.is_complex else self
 
     @property
     def T(self) -> Product:
@@ -117,6 +135,7 @@ class Inverse(StructuredMatrix):
     """``M^{-1}`` for a matrix with a fast ``solve`` but no structured inverse form."""
 
     def __init__(self, M: StructuredMatrix):
+        check_matrix(M, "M", "a square StructuredMatrix")
         M._check_square("Inverse")
         self.M = M
         super().__init__(M.shape, M.dtype, M.device)
@@ -129,6 +148,9 @@ class Inverse(StructuredMatrix):
 
     def _map(self, fn) -> Inverse:
         return Inverse(self.M._map(fn))
+
+    def conj(self) -> Inverse:
+        return Inverse(self.M.conj()) if self.dtype.is_complex else self
 
     @property
     def T(self) -> Inverse:
@@ -145,6 +167,7 @@ class Transpose(StructuredMatrix):
     """``M^T`` applied through the vector-Jacobian product of ``M @ Z`` (exact, one matvec)."""
 
     def __init__(self, M: StructuredMatrix):
+        check_matrix(M, "M")
         self.M = M
         s = M.shape
         super().__init__((*s[:-2], s[-1], s[-2]), M.dtype, M.device)
@@ -156,10 +179,16 @@ class Transpose(StructuredMatrix):
         return self.M.diagonal()
 
     def _matmat(self, X):
+        structured = self.M.T  # where M has a structured transpose, its matvec: the VJP route needs a twice-
+        if not isinstance(structured, Transpose):  # differentiable matvec, and the fast scans are differentiable once
+            return structured._matmat(X)
         return transpose_matmat(self.M, X)
 
     def _map(self, fn) -> Transpose:
         return Transpose(self.M._map(fn))
+
+    def conj(self) -> Transpose:
+        return Transpose(self.M.conj()) if self.dtype.is_complex else self
 
     @property
     def T(self) -> StructuredMatrix:
@@ -182,6 +211,8 @@ def transpose_matmat(M: StructuredMatrix, X: torch.Tensor) -> torch.Tensor:
     with torch.enable_grad():
         Z = torch.zeros(*batch, M.shape[-1], X.shape[-1], dtype=X.dtype, device=X.device, requires_grad=True)
         Y = M.matmul(Z)
+        if not Y.requires_grad:  # Y does not depend on Z: for a linear map, M = 0 (an empty matrix), so M^T X = 0
+            return X.new_zeros(*batch, M.shape[-1], X.shape[-1])
         (out,) = torch.autograd.grad(Y, Z, grad_outputs=X.conj() if X.is_complex() else X, create_graph=True)
     return out.conj() if X.is_complex() else out
 

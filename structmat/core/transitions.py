@@ -49,6 +49,9 @@ class Transitions:
     __slots__ = ("values", "kind")
 
     def __init__(self, values: torch.Tensor, kind: str):
+        if not isinstance(values, torch.Tensor):
+            raise TypeError(f"values must be a tensor of shape (*, T) (log, scalar), (*, T, N) (diag) or (*, T, N, N) "
+                            f"(dense); got {type(values).__name__}")
         if kind not in _TAIL:
             raise ValueError(f"kind must be one of {KINDS}; got {kind!r}")
         if kind == "log" and values.is_complex():
@@ -141,7 +144,7 @@ class Transitions:
         if self.kind == "log":
             return self.values[..., None].expand(*self.values.shape, N)
         A = self.diagonals(N)
-        if A is None or A.is_complex() or bool((A.narrow(-2, 1, max(A.shape[-2] - 1, 0)) < 0).any()):
+        if A is None or A.is_complex() or bool((A[..., 1:, :] < 0).any()):
             return None
         return torch.where(A > 0, torch.log(torch.where(A > 0, A, torch.ones_like(A))), float("-inf"))
 
@@ -245,8 +248,10 @@ class Transitions:
     def apply(self, h: torch.Tensor) -> torch.Tensor:
         """``A_t h_t`` for states ``h (*, T, N, K)`` aligned with the time axis (broadcast over batch)."""
         A = self.actual()
+        dtype = torch.promote_types(A.dtype, h.dtype)  # (matmul does not promote: a float32 A and float64 states)
+        A, h = A.to(dtype), h.to(dtype)
         if self.kind in ("log", "scalar"):
-            return A[..., None, None].to(torch.promote_types(A.dtype, h.dtype)) * h
+            return A[..., None, None] * h
         if self.kind == "diag":
             return A[..., None] * h
         return A @ h

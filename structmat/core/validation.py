@@ -1,21 +1,29 @@
-"""Checking arguments: tensors from array-likes, finiteness, and the errors users see.
+"""Checking arguments: tensors from array-likes, devices, dtypes, counts, scalars, finiteness, and the
+errors users see.
 
-Every check names the argument and the expected shape. Finiteness checks read the data and so
-synchronise with the device; a training loop that builds masks from trusted tensors can skip them
-with :func:`skip_finite_checks`.
+Every check names the argument and says what was expected (a shape, a type, a device). Checks of the
+data (finiteness, signs, a zero divisor) read it back to the host and so synchronise with the device:
+they run only while :func:`finite_checks_enabled` (a training loop that builds masks from trusted
+tensors skips them with :func:`skip_finite_checks`; ``torch.compile`` traces without them). Type,
+shape and device checks always run.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
+import numbers
 import threading
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import torch
 
-__all__ = ["SingularMatrixError", "as_tensor", "check_finite", "check_overflow", "skip_finite_checks",
-           "finite_checks_enabled", "trusted_parameters", "broadcast_batch"]
+__all__ = ["SingularMatrixError", "as_tensor", "check_finite", "check_overflow", "overflow_checks_enabled", "skip_finite_checks",
+           "finite_checks_enabled", "trusted_parameters", "broadcast_batch", "check_dtype", "check_device",
+           "check_same_device", "check_count", "check_positive_int", "check_scalar", "check_tolerance",
+           "check_nonnegative", "check_matrix", "check_tensor", "to_target"]
 
 
 class SingularMatrixError(ValueError):
@@ -34,6 +42,12 @@ def finite_checks_enabled() -> bool:
     if torch.compiler.is_compiling():
         return False
     return getattr(_STATE, "finite_checks", True) and not getattr(_STATE, "trusted", False)
+
+
+def overflow_checks_enabled() -> bool:
+    """Whether computed results are checked for overflow: as :func:`finite_checks_enabled`, but also among
+    trusted parameters (a closure result from finite operands can still overflow)."""
+    return getattr(_STATE, "finite_checks", True) and not torch.compiler.is_compiling()
 
 
 @contextlib.contextmanager
@@ -70,10 +84,21 @@ def skip_finite_checks() -> Iterator[None]:
         _STATE.finite_checks = previous
 
 
-def as_tensor(x: Any, name: str, *, dtype: torch.dtype | None = None, device=None) -> torch.Tensor:
-    """``torch.as_tensor`` that keeps float64 and promotes integers and booleans to the default float dtype."""
+def as_tensor(x: Any, name: str, *, dtype: torch.dtype | None = None, device=None,
+              like: tuple[str, torch.Tensor] | None = None) -> torch.Tensor:
+    """``torch.as_tensor`` that keeps float64 and promotes integers and booleans to the default float dtype.
+
+    ``device`` moves ``x`` there (the caller asked for it). Without it, ``like=(other_name, other)``
+    puts an array-like where ``other`` is and requires a tensor to be there already: a parameter on
+    another device is an error naming both, never moved silently.
+    """
+    dtype, device = check_dtype(dtype), check_device(device)
     if getattr(x, "__structured_matrix__", False):  # never densify one silently through __array__
         raise TypeError(f"{name} must be array-like, got a structured matrix {type(x).__name__}")
+    if device is None and like is not None:
+        if isinstance(x, torch.Tensor):
+            check_same_device(x, name, like[1], like[0])
+        device = like[1].device
     try:
         t = torch.as_tensor(x, dtype=dtype, device=device)
     except (TypeError, ValueError, RuntimeError) as err:
@@ -81,6 +106,117 @@ def as_tensor(x: Any, name: str, *, dtype: torch.dtype | None = None, device=Non
     if not (t.is_floating_point() or t.is_complex()):
         t = t.to(torch.get_default_dtype())
     return t
+
+
+def check_tensor(x: Any, name: str, what: str = "a tensor", *, optional: bool = False) -> None:
+    """``x`` is a ``torch.Tensor`` (or None where ``optional``); ``what`` describes the expected shape."""
+    if not (isinstance(x, torch.Tensor) or (optional and x is None)):
+        raise TypeError(f"{name} must be {what}; got {type(x).__name__}")
+
+
+def check_matrix(x: Any, name: str, what: str = "a StructuredMatrix") -> None:
+    """``x`` is a structured matrix (told by the base class's marker: this floor cannot import the class)."""
+    if isinstance(x, type) or not getattr(x, "__structured_matrix__", False):
+        raise TypeError(f"{name} must be {what}; got {type(x).__name__}")
+
+
+def check_dtype(dtype: Any, name: str = "dtype") -> torch.dtype | None:
+    """None, or a floating or complex ``torch.dtype``: an integer or boolean matrix would truncate its parameters."""
+    if dtype is None:
+        return None
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"{name} must be a floating or complex torch.dtype such as torch.float64; got {dtype!r}")
+    if not (dtype.is_floating_point or dtype.is_complex):
+        raise TypeError(f"{name} must be a floating or complex torch.dtype (structured matrices hold real or complex "
+                        f"parameters, which {dtype} would truncate); got {dtype}")
+    return dtype
+
+
+def check_device(device: Any, name: str = "device") -> torch.device | None:
+    """None, or what ``torch.device`` takes (``"cpu"``, ``"cuda:0"``, a ``torch.device``, a CUDA index)."""
+    if device is None:
+        return None
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError, ValueError) as err:
+        raise ValueError(f"{name} must be a torch.device or a device string such as 'cpu' or 'cuda:0'; "
+                         f"got {device!r}") from err
+
+
+def check_same_device(x: torch.Tensor, name: str, other: torch.Tensor, other_name: str) -> None:
+    if x.device != other.device:
+        raise ValueError(f"{name} is on {x.device} but {other_name} is on {other.device}")
+
+
+def to_target(args: tuple, kwargs: dict) -> tuple[torch.dtype | None, torch.device | None]:
+    """The dtype and device a ``Tensor.to``-style call asks for (``to(dtype)``, ``to(device, dtype)``,
+    ``to(tensor)``, keywords), checked: floating or complex dtypes only, valid devices."""
+    dtype, device = kwargs.get("dtype"), kwargs.get("device")
+    for a in (*args, kwargs.get("other")):
+        if isinstance(a, torch.Tensor):
+            dtype, device = a.dtype, a.device
+        elif isinstance(a, torch.dtype):
+            dtype = a
+        elif isinstance(a, (str, torch.device)) or (isinstance(a, int) and not isinstance(a, bool)):
+            device = a
+        elif a is not None and not isinstance(a, bool):  # bools are non_blocking / copy
+            raise TypeError(f"to() takes a dtype, a device or a tensor; got {a!r}")
+    return check_dtype(dtype), check_device(device)
+
+
+def check_count(n: Any, name: str) -> int:
+    """A non-negative integer (a length); integral floats such as ``4.0`` are accepted."""
+    if isinstance(n, bool) or not isinstance(n, numbers.Real):
+        raise TypeError(f"{name} must be a non-negative integer; got {type(n).__name__}")
+    if not (float(n).is_integer() and n >= 0):
+        raise ValueError(f"{name} must be a non-negative integer; got {n!r}")
+    return int(n)
+
+
+def check_positive_int(n: Any, name: str) -> int:
+    """A positive integer (a block length)."""
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
+        raise ValueError(f"{name} must be a positive int; got {n!r}")
+    return int(n)
+
+
+def check_scalar(s: Any, name: str, *, real: bool = False) -> numbers.Number | torch.Tensor:
+    """A finite Python, numpy or 0-d torch number; numpy numbers come back as Python ones, 0-d tensors as
+    they are (a learnable scale keeps its graph; its finiteness is a data check)."""
+    if isinstance(s, (np.ndarray, np.generic)) and np.ndim(s) == 0:
+        s = s.item()
+    if isinstance(s, torch.Tensor):
+        if s.dim() != 0:
+            raise TypeError(f"{name} must be a number or a 0-d tensor; got a tensor of shape {tuple(s.shape)}")
+        if real and s.is_complex():
+            raise TypeError(f"{name} must be a real number; got a complex tensor")
+        if finite_checks_enabled() and s.device.type != "meta" and not bool(torch.isfinite(s)):
+            raise ValueError(f"{name} must be a finite number; got {s.item()}")
+        return s
+    kind = numbers.Real if real else numbers.Number
+    if not isinstance(s, kind):
+        raise TypeError(f"{name} must be a {'real ' if real else ''}number; got {type(s).__name__}")
+    if not abs(s) < math.inf:  # not cmath.isfinite: dynamo cannot trace it (a graph break under torch.compile)
+        raise ValueError(f"{name} must be a finite number; got {s!r}")
+    return s
+
+
+def check_tolerance(tol: Any, name: str = "tol", *, below: float | None = None) -> float | None:
+    """None, or a finite relative cutoff ``>= 0`` (and ``< below`` where given)."""
+    if tol is None:
+        return None
+    bound = "" if below is None else f" and < {below}"
+    if isinstance(tol, bool) or not isinstance(tol, numbers.Real):
+        raise TypeError(f"{name} must be a finite relative cutoff >= 0{bound}; got {type(tol).__name__}")
+    if not (math.isfinite(tol) and tol >= 0 and (below is None or tol < below)):
+        raise ValueError(f"{name} must be a finite relative cutoff >= 0{bound}; got {tol!r}")
+    return float(tol)
+
+
+def check_nonnegative(x: torch.Tensor, name: str, requirement: str = "must be >= 0") -> None:
+    """Reject negative entries (a data check: only while :func:`finite_checks_enabled`)."""
+    if finite_checks_enabled() and x.numel() and x.device.type != "meta" and bool((x < 0).any()):
+        raise ValueError(f"{name} {requirement}")
 
 
 def check_finite(x: torch.Tensor, name: str, *, allow_neg_inf: bool = False) -> None:
@@ -98,8 +234,7 @@ def check_finite(x: torch.Tensor, name: str, *, allow_neg_inf: bool = False) -> 
 
 def check_overflow(x: torch.Tensor, what: str) -> torch.Tensor:
     """``x`` if finite, else a ``SingularMatrixError``: a computed result (an inverse's entries) overflowed its dtype."""
-    checking = getattr(_STATE, "finite_checks", True) and not torch.compiler.is_compiling()
-    if checking and x.numel() and x.device.type != "meta" and not bool(torch.isfinite(x).all()):
+    if overflow_checks_enabled() and x.numel() and x.device.type != "meta" and not bool(torch.isfinite(x).all()):
         raise SingularMatrixError(f"{what} overflows {str(x.dtype).replace('torch.', '')}: the matrix is singular or too "
                                   "close to singular in this dtype (try float64)")
     return x

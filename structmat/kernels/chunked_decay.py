@@ -47,7 +47,11 @@ def triton_applies(x: torch.Tensor, log_a: torch.Tensor, B: torch.Tensor, C: tor
     """
     if not x.is_cuda or any(t.is_complex() for t in (x, B, C)) or not triton_installed():
         return False
-    return not finite_checks_enabled() or bool(torch.isfinite(log_a).all() and (log_a <= 0).all())
+    return not finite_checks_enabled() or _decays_at_most_one(log_a)
+
+
+def _decays_at_most_one(log_a: torch.Tensor) -> bool:
+    return bool(torch.isfinite(log_a).all() and (log_a <= 0).all())
 
 
 def chunked_decay(x, log_a, B, C, *, scale=None, D=None, z=None, initial_state=None, seq_idx=None,
@@ -71,6 +75,8 @@ def chunked_decay(x, log_a, B, C, *, scale=None, D=None, z=None, initial_state=N
         backend = "triton" if triton_applies(x, log_a, B, C) else "torch"
     kw = dict(scale=scale, D=D, z=z, initial_state=initial_state, seq_idx=seq_idx, return_chunk_states=return_chunk_states)
     if backend == "triton":  # imported on first use: `import structmat` works without Triton
+        if finite_checks_enabled() and not _decays_at_most_one(log_a):  # the kernels assume it: wrong results otherwise
+            raise ValueError("backend='triton' needs log_a finite and <= 0 (decays at most 1); use backend='torch'")
         from structmat.kernels.decay_triton import decay_chunked_triton
 
         return decay_chunked_triton(x, log_a, B, C, chunk_size=chunk_size or 256, **kw)

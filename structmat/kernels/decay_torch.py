@@ -24,7 +24,7 @@ def _chunks(t: torch.Tensor, L: int, *, edge: bool = False) -> torch.Tensor:
     if pad:
         fill = t[:, -1:].expand(t.shape[0], pad, *t.shape[2:]) if edge else t.new_zeros(t.shape[0], pad, *t.shape[2:])
         t = torch.cat([t, fill], dim=1)
-    return t.reshape(t.shape[0], -1, L, *t.shape[2:])
+    return t.reshape(t.shape[0], t.shape[1] // L, L, *t.shape[2:])  # (not -1: ambiguous for an empty batch)
 
 
 def _work_dtype(*tensors) -> torch.dtype:
@@ -100,7 +100,7 @@ def decay_chunked_torch(x, log_a, B, C, *, scale=None, D=None, z=None, initial_s
     entering = torch.stack(entering, dim=1).to(work)  # (b, c, h, p, n)
     state = state.to(work)
     y = y + torch.einsum("bclhn,bchpn->bclhp", Ch, entering) * from_start.permute(0, 2, 3, 1)[..., None].to(work)
-    y = y.reshape(b, -1, h, p)[:, :l]
+    y = y.reshape(b, y.shape[1] * y.shape[2], h, p)[:, :l]
     if D is not None:
         y = y + x.to(work) * (D if D.dim() == 2 else D[:, None]).to(work)
     if z is not None:

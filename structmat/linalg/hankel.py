@@ -19,13 +19,15 @@ __all__ = ["hankel_ranks", "normalized"]
 
 
 def normalized(G: Generators) -> Generators:
-    """The generators of ``M / (max|B| max|C|)`` in float64/complex128 (same ranks; Gram matrices
-    that neither overflow nor underflow for matrices scaled by 1e160 or 1e-170)."""
+    """The generators of ``M / max(max|B| max|C|, max|diag|)`` in float64/complex128 (same ranks; Gram
+    matrices that neither overflow nor underflow for matrices scaled by 1e160 or 1e-170, nor where ``B`` or
+    ``C`` vanish beside a non-zero diagonal)."""
     dtype = torch.complex128 if G.B.dtype.is_complex else torch.float64
     G = G.expand(G.batch_shape)
     B, C, d = G.B.to(dtype), G.C.to(dtype), G.diagonal().to(dtype)
     sB, sC = B.abs().max().clamp_min(1e-300), C.abs().max().clamp_min(1e-300)
-    return Generators(G.A.cast(dtype), B / sB, C / sC, d / (sB * sC))
+    scale = torch.maximum(sB * sC, d.abs().max()) if d.numel() else sB * sC
+    return Generators(G.A.cast(dtype), B / sB, C / sC * (sB * sC / scale), d / scale)
 
 
 def _psd_sqrt(G: torch.Tensor) -> torch.Tensor:

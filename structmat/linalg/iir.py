@@ -42,8 +42,8 @@ def _constant(log_a: torch.Tensor) -> float | None:
 def compiled_path(log_a: torch.Tensor, X: torch.Tensor) -> tuple[bool, float | None]:
     """``(applies, a_const)``: whether a compiled solver runs ``X (*, T, K)`` (real CPU data, and a
     constant decay or at most :data:`MAX_BANDED_COLUMNS` columns), and the constant decay if there is one."""
-    if X.device.type != "cpu" or X.dtype not in (torch.float32, torch.float64) or X.shape[-2] < 2:
-        return False, None
+    if X.device.type != "cpu" or X.dtype not in (torch.float32, torch.float64) or X.shape[-2] < 2 or X.numel() == 0:
+        return False, None  # (an empty operand: LAPACK's reshapes cannot take it, the scan can)
     a_const = _constant(log_a)
     return a_const is not None or X.shape[-1] <= MAX_BANDED_COLUMNS, a_const
 

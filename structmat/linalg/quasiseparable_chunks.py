@@ -56,14 +56,16 @@ def chunk(t: torch.Tensor, tail: int, m: int, L: int, fill: float = 0.0) -> torc
 @functools.lru_cache(maxsize=32)
 def strictly_lower(L: int, device: torch.device) -> torch.Tensor:
     """The strictly-lower ``L x L`` boolean mask (cached: every solve of a size needs it; never written to)."""
-    return torch.ones(L, L, dtype=torch.bool, device=device).tril(-1)
+    with torch.inference_mode(False):  # made under inference_mode it could never be saved for a later backward
+        return torch.ones(L, L, dtype=torch.bool, device=device).tril(-1)
 
 
 @functools.lru_cache(maxsize=32)
 def _masks(L: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """``(strictly lower, on and above the diagonal)`` as ``L x L`` numbers (cached, never written to)."""
-    below = strictly_lower(L, device).to(dtype)
-    return below, 1 - below
+    with torch.inference_mode(False):  # as strictly_lower: cached tensors must serve autograd later
+        below = strictly_lower(L, device).to(dtype)
+        return below, 1 - below
 
 
 def _segment_products(a: torch.Tensor) -> torch.Tensor:

@@ -11,11 +11,10 @@ index: an analysis tool, not a hot path.
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from structmat.core.transitions import Transitions
+from structmat.core.validation import check_tolerance
 from structmat.linalg.semiseparable import Generators
 
 __all__ = ["minimal_realization"]
@@ -61,13 +60,12 @@ def minimal_realization(G: Generators, tol: float | None = None) -> Generators:
     >>> minimal_realization(Generators(a, b, b)).order  # two states, both needed
     2
     """
+    tol = check_tolerance(tol, below=1.0)
     if G.length == 0 or G.order == 0:
         return G
     dtype = G.B.dtype
     if tol is None:
         tol = 100 * max(G.order, 2) * torch.finfo(dtype).eps
-    elif not (isinstance(tol, (int, float)) and math.isfinite(tol) and 0 <= tol < 1):
-        raise ValueError(f"tol must be a finite relative cutoff in [0, 1); got {tol!r}")
     batch = G.batch_shape
     A = G.A.matrices(G.order, dtype).expand(*batch, G.length, G.order, G.order)
     B, C = G.B.expand(*batch, *G.B.shape[-2:]), G.C.expand(*batch, *G.C.shape[-2:])

@@ -83,6 +83,7 @@ class Generators:
             state = X.new_zeros(*batch, self.order, X.shape[-1]) if h0 is None else h0
             return X.new_zeros(*batch, 0, X.shape[-1]), state
         A = self.A.with_identity_first() if h0 is None else self.A
+        A = A.cast(torch.promote_types(A.dtype, X.dtype))  # the scan's steps multiply without promoting (dense A)
         h = linear_scan(A, self.B[..., :, :, None] * X[..., :, None, :], h0)
         if self.D is None:
             return (self.C[..., :, :, None] * h).sum(-2), h[..., -1, :, :]

@@ -42,7 +42,7 @@ class Bidiagonal(StructuredMatrix):
 
     def __init__(self, diag, sub, *, lower: bool = True, dtype: torch.dtype | None = None, device=None):
         diag = as_tensor(diag, "diag", dtype=dtype, device=device)
-        sub = as_tensor(sub, "sub", dtype=dtype, device=diag.device)
+        sub = as_tensor(sub, "sub", dtype=dtype, device=device, like=("diag", diag))
         if diag.dim() < 1 or sub.dim() != diag.dim() or sub.shape[-1] != max(diag.shape[-1] - 1, 0):
             raise ValueError(f"diag and sub must have shapes (*, T) and (*, T-1); got {tuple(diag.shape)} and {tuple(sub.shape)}")
         batch = broadcast_batch(("diag", diag.shape[:-1]), ("sub", sub.shape[:-1]))
@@ -91,4 +91,4 @@ class Bidiagonal(StructuredMatrix):
     def solve(self, Y) -> torch.Tensor:
         """Solve ``M X = Y`` through the exact inverse (a 1-SS scan), ``O(T K)``."""
         self._check_square("solve()")
-        return self.inv().matmul(Y)
+        return self.inv()._product(Y, "Y")

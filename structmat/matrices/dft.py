@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import math
-import numbers
 
-import numpy as np
 import torch
 
 from structmat.core.base import StructuredMatrix
 from structmat.core.dtypes import complex_dtype, real_dtype
+from structmat.core.validation import check_count, check_device, check_dtype, check_scalar
 from structmat.linalg.spectral import compute_dtype
 
 __all__ = ["DFT"]
@@ -42,22 +41,18 @@ class DFT(StructuredMatrix):
 
     def __init__(self, T: int, inverse: bool = False, *, scale: complex = 1.0, part: str = "full",
                  dtype: torch.dtype = torch.complex64, device=None):
-        if isinstance(T, bool) or not isinstance(T, numbers.Real):
-            raise TypeError(f"T must be a non-negative integer; got {type(T).__name__}")
-        if not (float(T).is_integer() and T >= 0):
-            raise ValueError(f"T must be a non-negative integer; got {T!r}")
+        T = check_count(T, "T")
         if part not in _PARTS:
             raise ValueError(f"part must be one of {_PARTS}; got {part!r}")
-        if not (isinstance(dtype, torch.dtype) and (dtype.is_floating_point or dtype.is_complex)):
-            raise TypeError(f"dtype must be a floating or complex torch.dtype; got {dtype!r}")
-        scale = scale.item() if isinstance(scale, (torch.Tensor, np.ndarray, np.generic)) and np.ndim(scale) == 0 else scale
-        if isinstance(scale, bool) or not isinstance(scale, numbers.Number):
-            raise TypeError(f"scale must be a number; got {type(scale).__name__}")
-        self.n, self.inverse, self.scale, self.part = int(T), bool(inverse), scale, part
+        dtype = check_dtype(dtype) or torch.complex64
+        scale = check_scalar(scale, "scale")  # the matrix keeps a Python number: its entries are computed on demand
+        scale = scale.item() if isinstance(scale, torch.Tensor) else scale
+        self.n, self.inverse, self.scale, self.part = T, bool(inverse), scale, part
         self._precision = real_dtype(dtype)  # float16 -> complex32, bfloat16 -> complex64
         self._complex = compute_dtype(complex_dtype(self._precision))  # what the FFTs run in
         real = part != "full" and not isinstance(scale, complex)
-        super().__init__((self.n, self.n), self._precision if real else complex_dtype(self._precision), torch.device(device or "cpu"))
+        super().__init__((self.n, self.n), self._precision if real else complex_dtype(self._precision),
+                         check_device(device) or torch.device("cpu"))
 
     def _with(self, **changes) -> DFT:
         kw = dict(T=self.n, inverse=self.inverse, scale=self.scale, part=self.part, dtype=self._precision, device=self.device)
@@ -126,9 +121,7 @@ class DFT(StructuredMatrix):
 
     def solve(self, Y) -> torch.Tensor:
         """Solve ``M X = Y`` for ``Y (*, T, K)`` or ``(T,)``: the inverse transform, ``O(T log T)`` per column."""
-        M, Y, vector = self.inv()._operand(Y, "Y")
-        X = M._matmat(Y)
-        return X[..., 0] if vector else X
+        return self.inv()._product(Y, "Y")
 
     def conj(self) -> DFT:
         """``conj(L)``: the transform of the opposite sign (full), else the same part with ``conj(scale)``."""

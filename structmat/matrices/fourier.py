@@ -8,7 +8,7 @@ import torch
 
 from structmat.core.base import StructuredMatrix
 from structmat.core.dtypes import complex_dtype, real_dtype
-from structmat.core.validation import as_tensor, check_finite
+from structmat.core.validation import as_tensor, check_dtype, check_finite
 from structmat.linalg.spectral import circular_apply, compute_dtype
 from structmat.matrices.toeplitz import Toeplitz
 
@@ -68,8 +68,7 @@ class Fourier(StructuredMatrix):
     """
 
     def __init__(self, eigvals, *, real: bool | None = None, dtype: torch.dtype | None = None, device=None):
-        if dtype is not None and not (isinstance(dtype, torch.dtype) and (dtype.is_floating_point or dtype.is_complex)):
-            raise TypeError(f"dtype must be a floating or complex torch.dtype; got {dtype!r}")
+        dtype = check_dtype(dtype)
         lam = as_tensor(eigvals, "eigvals", device=device)
         if lam.dim() < 1:
             raise ValueError("eigvals must have shape (*, T); got a scalar")
@@ -88,6 +87,7 @@ class Fourier(StructuredMatrix):
     @classmethod
     def from_kernel(cls, c, *, dtype: torch.dtype | None = None, device=None) -> Fourier:
         """Circulant with first column ``c`` (shape ``(*, T)``); ``dtype``, ``device`` as in the constructor."""
+        dtype = check_dtype(dtype)
         c = as_tensor(c, "c", device=device)
         if c.dim() < 1:
             raise ValueError("c must have shape (*, T); got a scalar")
@@ -137,9 +137,7 @@ class Fourier(StructuredMatrix):
 
     def solve(self, Y) -> torch.Tensor:
         """Solve ``M X = Y`` for ``Y (*, T, K)`` or ``(T,)``: reciprocal eigenvalues, ``O(T log T)`` per column."""
-        M, Y, vector = self.inv()._operand(Y, "Y")
-        X = M._matmat(Y)
-        return X[..., 0] if vector else X
+        return self.inv()._product(Y, "Y")
 
     @property
     def T(self) -> Fourier:

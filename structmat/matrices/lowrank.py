@@ -26,7 +26,7 @@ class LowRank(StructuredMatrix):
 
     def __init__(self, U, V, *, dtype: torch.dtype | None = None, device=None):
         U = as_tensor(U, "U", dtype=dtype, device=device)
-        V = as_tensor(V, "V", dtype=dtype, device=U.device)
+        V = as_tensor(V, "V", dtype=dtype, device=device, like=("U", U))
         if U.dim() < 2 or V.dim() < 2 or U.shape[-1] != V.shape[-1]:
             raise ValueError(f"U and V must have shapes (*, T, r) and (*, S, r); got {tuple(U.shape)} and {tuple(V.shape)}")
         batch = broadcast_batch(("U", U.shape[:-2]), ("V", V.shape[:-2]))

@@ -2,17 +2,44 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Iterator
+
 import torch
 
 from structmat.core.dtypes import real_dtype
 from structmat.core.transitions import Transitions
-from structmat.core.validation import as_tensor, check_finite, finite_checks_enabled, trusted_parameters
+from structmat.core.validation import (
+    as_tensor,
+    check_count,
+    check_device,
+    check_dtype,
+    check_finite,
+    check_nonnegative,
+    finite_checks_enabled,
+    trusted_parameters,
+)
 from structmat.linalg.first_order import first_order_scan
 from structmat.linalg.segsum import segsum
 from structmat.linalg.semiseparable import Generators
 from structmat.matrices.sss import SSS
 
-__all__ = ["OneSS", "safe_log"]
+__all__ = ["OneSS", "safe_log", "zero_decays_added_by_caller"]
+
+_CALLER = threading.local()
+
+
+@contextlib.contextmanager
+def zero_decays_added_by_caller() -> Iterator[None]:
+    """Within the block ``to_dense`` leaves out its zero-decay gradient terms: the caller adds them for its
+    whole result (``sma`` does, for every order)."""
+    previous = getattr(_CALLER, "adds", False)
+    _CALLER.adds = True
+    try:
+        yield
+    finally:
+        _CALLER.adds = previous
 
 
 def safe_log(a: torch.Tensor) -> torch.Tensor:
@@ -58,6 +85,7 @@ class OneSS(SSS):
 
     def __init__(self, log_a, *, b=None, c=None, lower: bool = True, dtype: torch.dtype | None = None, device=None):
         self.decays = None  # the decays themselves where the matrix was built from them (exact gradients at 0)
+        dtype = check_dtype(dtype)
         real = None if dtype is None else real_dtype(dtype)
         log_a = as_tensor(log_a, "log_a", dtype=real, device=device)
         if log_a.is_complex():
@@ -66,8 +94,8 @@ class OneSS(SSS):
             raise ValueError("log_a must have shape (*, T); got a scalar")
         check_finite(log_a, "log_a", allow_neg_inf=True)
         self.log_a = log_a
-        self.b = None if b is None else self._scaling(b, "b", log_a, dtype)
-        self.c = None if c is None else self._scaling(c, "c", log_a, dtype)
+        self.b = None if b is None else self._scaling(b, "b", log_a, dtype, device)
+        self.c = None if c is None else self._scaling(c, "c", log_a, dtype, device)
         if dtype is not None and dtype.is_complex and self.b is None and self.c is None:
             self.c = torch.ones(log_a.shape, dtype=dtype, device=log_a.device)
         ones = torch.ones((), dtype=log_a.dtype, device=log_a.device).expand(*log_a.shape, 1)  # no T-long buffer
@@ -77,8 +105,8 @@ class OneSS(SSS):
             super().__init__(Transitions.from_log(log_a), B, C, lower=lower)
 
     @staticmethod
-    def _scaling(x, name, log_a, dtype=None):
-        x = as_tensor(x, name, dtype=dtype, device=log_a.device)
+    def _scaling(x, name, log_a, dtype=None, device=None):
+        x = as_tensor(x, name, dtype=dtype, device=device, like=("log_a", log_a))
         if x.dim() != log_a.dim() or x.shape[-1] != log_a.shape[-1]:
             raise ValueError(f"{name} must have shape (*, T) like log_a {tuple(log_a.shape)}; got {tuple(x.shape)}")
         check_finite(x, name)
@@ -126,38 +154,63 @@ class OneSS(SSS):
     def from_decays(cls, a, *, b=None, c=None, dtype: torch.dtype | None = None, device=None) -> OneSS:
         """From decays ``a >= 0`` of shape ``(*, T)``; ``a_t = 0`` gives exact zeros."""
         a = as_tensor(a, "a", dtype=dtype, device=device)
-        if a.is_complex() or (finite_checks_enabled() and bool((a < 0).any())):
-            raise ValueError("a must be real and >= 0 (use SSS for signed or complex transitions)")
+        hint = "must be real and >= 0 (use SSS for signed or complex transitions)"
+        if a.is_complex():
+            raise TypeError(f"a {hint}")
+        check_nonnegative(a, "a", hint)
         check_finite(a, "a")
+        # the scalings are checked against a (the matrix keeps log a, a name the caller never wrote)
+        b, c = (None if x is None else as_tensor(x, name, dtype=dtype, device=device, like=("a", a))
+                for x, name in ((b, "b"), (c, "c")))
         return cls(safe_log(a), b=b, c=c)._with_decays(a)
 
     @classmethod
     def causal(cls, T: int, *, dtype: torch.dtype | None = None, device=None) -> OneSS:
         """All-ones lower triangle (linear attention; ``M @ x`` is ``cumsum``)."""
-        return cls(torch.zeros(T, dtype=dtype, device=device))
+        return cls(torch.zeros(check_count(T, "T"), dtype=check_dtype(dtype), device=check_device(device)))
 
     @classmethod
     def decay(cls, gamma, T: int, *, dtype: torch.dtype | None = None, device=None) -> OneSS:
         """RetNet decay ``gamma**(j - i)``; ``gamma`` a scalar or a tensor of shape ``(*,)`` in ``[0, 1]``."""
+        T = check_count(T, "T")
         g = as_tensor(gamma, "gamma", dtype=dtype, device=device)
+        if g.is_complex():
+            raise TypeError("gamma must be real (decays in [0, 1]); got a complex value")
         check_finite(g, "gamma")
-        if finite_checks_enabled() and bool((g < 0).any()):
-            raise ValueError("gamma must be >= 0")
+        check_nonnegative(g, "gamma")
         with trusted_parameters():  # gamma checked above: not its T-fold expansion again
             return cls(safe_log(g)[..., None].expand(*g.shape, T))
 
     def solve(self, Y) -> torch.Tensor:
         """Solve ``M X = Y`` through the exact bidiagonal inverse: ``O(T K)``, no scan."""
         self._check_square("solve()")
-        return self.inv().matmul(Y)
+        return self.inv()._product(Y, "Y")
 
     # --- products -----------------------------------------------------------------------------------
     def to_dense(self) -> torch.Tensor:
         """``c_j exp(segsum(log_a))[j, i] b_i``, the segment sums as masked cumulative sums."""
         log_a = torch.cat([torch.zeros_like(self.log_a[..., :1]), self.log_a[..., 1:]], dim=-1)
         L = torch.exp(segsum(log_a)).to(self.dtype)
-        dense = (self.C[..., 0][..., :, None] * L * self.B[..., 0][..., None, :]).expand(self.shape)
+        C, B = self.C[..., 0], self.B[..., 0]
+        dense = (C[..., :, None] * L * B[..., None, :] + self._zero_decay_terms(L, C, B)).expand(self.shape)
         return dense if self.lower else dense.transpose(-1, -2)
+
+    def _zero_decay_terms(self, L: torch.Tensor, C: torch.Tensor, B: torch.Tensor) -> torch.Tensor | float:
+        """``sum_{t: a_t = 0} a_t dM/da_t``, zero in value: at ``log a_t = -inf`` the log-space products lose
+        ``dM[j, i]/da_t = c_j L[j, t] L[t-1, i] b_i``; this term gives it back (first order). Reads the decays
+        on the host, so only where finite checks run (not while torch.compile traces)."""
+        a = self.decays
+        wanted = a is not None and a.requires_grad and torch.is_grad_enabled() and not getattr(_CALLER, "adds", False)
+        if not (wanted and finite_checks_enabled()) or L.numel() == 0:
+            return 0.0
+        zeros = (a.detach()[..., 1:] == 0).reshape(-1, a.shape[-1] - 1).any(0).nonzero()[:, 0] + 1
+        if zeros.numel() == 0:
+            return 0.0
+        Ld = L.detach()
+        cut = a[..., zeros]
+        cut = torch.where(cut == 0, cut, torch.zeros_like(cut))  # only the zero decays of each batch row
+        cols = C.detach()[..., :, None] * Ld[..., :, zeros] * cut[..., None, :]
+        return cols @ (Ld[..., zeros - 1, :] * B.detach()[..., None, :])
 
     def _matmat(self, X: torch.Tensor) -> torch.Tensor:
         if not self.lower:  # M = J F J with F = J M J lower: the same fast paths

@@ -10,7 +10,7 @@ import numbers
 import torch
 
 from structmat.core.base import StructuredMatrix
-from structmat.core.validation import as_tensor, broadcast_batch, check_finite
+from structmat.core.validation import as_tensor, broadcast_batch, check_finite, check_same_device
 from structmat.linalg.quasiseparable_lu import quasiseparable_lu
 from structmat.linalg.quasiseparable_solve import quasiseparable_solve
 from structmat.matrices.one_ss import OneSS
@@ -25,8 +25,8 @@ def strict_part(M: SSS) -> SSS:
     return SSS(G.A, G.B, G.C, torch.zeros(M.shape[:-1], dtype=M.dtype, device=M.device), lower=M.lower)
 
 
-def _check_part(M, name: str, lower: bool, like: SSS | None = None, like_name: str = "") -> None:
-    """``M`` must be a lower (upper) SSS, square of the size of ``like``."""
+def _check_part(M, name: str, lower: bool, like: SSS | None = None, like_name: str = "", *, same_device: bool = True) -> None:
+    """``M`` must be a lower (upper) SSS, square of the size of ``like`` (and on its device unless the caller moves both)."""
     if not isinstance(M, SSS) or M.lower != lower:
         got = type(M).__name__ if not isinstance(M, SSS) else f"{'a lower' if M.lower else 'an upper'} {type(M).__name__}"
         want = "a lower SSS or OneSS" if lower else "an upper SSS or OneSS (lower=False, e.g. M.T)"
@@ -34,6 +34,8 @@ def _check_part(M, name: str, lower: bool, like: SSS | None = None, like_name: s
     if like is not None and M.shape[-1] != like.shape[-1]:
         T = like.shape[-1]
         raise ValueError(f"{name} must have shape (*, {T}, {T}) like {like_name}; got {tuple(M.shape)}")
+    if like is not None and same_device:
+        check_same_device(M.B, name, like.B, like_name)
 
 
 class Quasiseparable(StructuredMatrix):
@@ -69,11 +71,11 @@ class Quasiseparable(StructuredMatrix):
 
     def __init__(self, lower: SSS, upper: SSS, diag, *, dtype: torch.dtype | None = None, device=None):
         _check_part(lower, "lower", True)
-        _check_part(upper, "upper", False, lower, "lower")
+        _check_part(upper, "upper", False, lower, "lower", same_device=device is None)
         if dtype is not None or device is not None:
             lower, upper = lower.to(device=device or lower.device, dtype=dtype or lower.dtype), \
                 upper.to(device=device or lower.device, dtype=dtype or upper.dtype)
-        d = as_tensor(diag, "diag", dtype=dtype, device=lower.device)
+        d = as_tensor(diag, "diag", dtype=dtype, device=device, like=("lower", lower.B))
         if d.dim() < 1 or d.shape[-1] != lower.shape[-1]:
             raise ValueError(f"diag must have shape (*, T) with T={lower.shape[-1]}; got {tuple(d.shape)}")
         check_finite(d, "diag")
@@ -88,10 +90,12 @@ class Quasiseparable(StructuredMatrix):
         self.upper_part = strict_part(upper.to(dtype))
         self.diag = d.to(dtype)
         T = d.shape[-1]
+        self.decay_parts: tuple[OneSS, OneSS] | None = None  # set by lion(): see _lion
         super().__init__((*batch, T, T), dtype, d.device)
 
     @classmethod
-    def bidirectional(cls, forward: SSS, backward: SSS, diag=None) -> Quasiseparable:
+    def bidirectional(cls, forward: SSS, backward: SSS, diag=None, *, dtype: torch.dtype | None = None,
+                      device=None) -> Quasiseparable:
         """LION / Hydra mask from two lower masks: ``backward`` runs over the reversed sequence.
 
         With ``J`` the reversal the strictly-upper part is that of ``J M_B J``; ``diag=None`` keeps
@@ -99,7 +103,7 @@ class Quasiseparable(StructuredMatrix):
         """
         _check_part(forward, "forward", True)
         _check_part(backward, "backward", True, forward, "forward")
-        return cls(forward, backward.reverse(), forward.diagonal() if diag is None else diag)
+        return cls(forward, backward.reverse(), forward.diagonal() if diag is None else diag, dtype=dtype, device=device)
 
     @classmethod
     def lion(cls, a, *, b=None, c=None, dtype: torch.dtype | None = None, device=None) -> Quasiseparable:
@@ -159,8 +163,12 @@ class Quasiseparable(StructuredMatrix):
     @classmethod
     def _lion(cls, forward: OneSS) -> Quasiseparable:
         # M[i, j] for i < j is c_i prod b_j: the transpose of the lower mask with b and c swapped
-        upper = OneSS(forward.log_a, b=forward.c, c=forward.b, lower=False)
-        return cls(forward, upper, forward.diagonal())
+        upper = OneSS(forward.log_a, b=forward.c, c=forward.b, lower=False)._with_decays(forward.decays)
+        out = cls(forward, upper, forward.diagonal())
+        # the two halves as 1-SS masks with their decays: the matvec, to_dense and sma differentiate the decays
+        # exactly at a_t = 0 through them (the generic parts hold only log decays)
+        out.decay_parts = (forward, upper) if forward.decays is not None else None
+        return out
 
     @property
     def order(self) -> tuple[int, int]:
@@ -172,10 +180,21 @@ class Quasiseparable(StructuredMatrix):
     def matvec_flops(self, K: int) -> float:
         return self.lower_part.matvec_flops(K) + self.upper_part.matvec_flops(K) + K * self.shape[-1]
 
+    def _exact_halves(self) -> tuple[OneSS, OneSS] | None:
+        """A LION mask's 1-SS halves where its decays are differentiated (each half holds the diagonal); not while
+        torch.compile traces (the 1-SS matvec runs compiled CPU code that dynamo cannot trace)."""
+        parts = self.decay_parts
+        wanted = parts is not None and parts[0].decays.requires_grad and torch.is_grad_enabled()
+        return parts if wanted and not torch.compiler.is_compiling() else None
+
     def to_dense(self) -> torch.Tensor:
+        if (halves := self._exact_halves()) is not None:
+            return halves[0].to_dense() + halves[1].to_dense() - torch.diag_embed(self.diag)
         return self.lower_part.to_dense() + self.upper_part.to_dense() + torch.diag_embed(self.diag)
 
     def _matmat(self, X: torch.Tensor) -> torch.Tensor:
+        if (halves := self._exact_halves()) is not None:
+            return halves[0].matmul(X) + halves[1].matmul(X) - self.diag[..., None] * X
         return self.lower_part.matmul(X) + self.upper_part.matmul(X) + self.diag[..., None] * X
 
     def _map(self, fn) -> Quasiseparable:

@@ -8,7 +8,7 @@ import torch
 
 from structmat.core.base import StructuredMatrix
 from structmat.core.transitions import Transitions
-from structmat.core.validation import as_tensor, broadcast_batch, check_finite
+from structmat.core.validation import as_tensor, broadcast_batch, check_dtype, check_finite, check_same_device, trusted_parameters
 from structmat.linalg.block_solve import block_solve
 from structmat.linalg.realization import minimal_realization
 from structmat.linalg.semiseparable import Generators
@@ -54,20 +54,23 @@ class SSS(StructuredMatrix):
     """
 
     def __init__(self, A, B, C, D=None, *, lower: bool = True, dtype: torch.dtype | None = None, device=None):
+        dtype = check_dtype(dtype)
         B = as_tensor(B, "B", dtype=dtype, device=device)
-        C = as_tensor(C, "C", dtype=dtype, device=B.device)
+        C = as_tensor(C, "C", dtype=dtype, device=device, like=("B", B))
         if B.dim() < 2 or C.shape[-2:] != B.shape[-2:] or C.dim() != B.dim():
             raise ValueError(f"B and C must both have shape (*, T, N); got {tuple(B.shape)} and {tuple(C.shape)}")
         if isinstance(A, Transitions):
+            if device is None:
+                check_same_device(A.values, "A", B, "B")
             A = A.map(lambda t: t.to(device=B.device)) if dtype is None else A.map(lambda t: t.to(device=B.device)).cast(dtype)
         else:
-            A = Transitions.from_shape(as_tensor(A, "A", dtype=dtype, device=B.device), B)
+            A = Transitions.from_shape(as_tensor(A, "A", dtype=dtype, device=device, like=("B", B)), B)
         T = B.shape[-2]
         if A.length != T or len(A.batch_shape) != B.dim() - 2:
             raise ValueError(f"A must have {B.dim() - 2} batch dims and T={T} steps like B {tuple(B.shape)}; "
                              f"got {A.length} steps with batch {tuple(A.batch_shape)}")
         if D is not None:
-            D = as_tensor(D, "D", dtype=dtype, device=B.device)
+            D = as_tensor(D, "D", dtype=dtype, device=device, like=("B", B))
             if D.dim() != B.dim() - 1 or D.shape[-1] != T:
                 raise ValueError(f"D must have shape (*, T) with T={T} and {B.dim() - 2} batch dims; got {tuple(D.shape)}")
         A.check_finite("A")
@@ -166,15 +169,21 @@ class SSS(StructuredMatrix):
         return SSS._from_generators(minimal_realization(self.generators, tol), self.lower)
 
     @classmethod
-    def from_generators(cls, U, V) -> SSS:
+    def from_generators(cls, U, V, *, dtype: torch.dtype | None = None, device=None) -> SSS:
         """``tril(U V^T)`` for ``U, V`` of shape ``(*, T, r)``: order ``r``, ``A = 1``.
 
         The generator form is numerically unstable for decaying data: a decay ``a^{j-i}``
         written as ``a^j a^{-i}`` overflows; use ``A`` for decays instead.
         """
-        U = as_tensor(U, "U")
-        V = as_tensor(V, "V", device=U.device)
-        return cls(torch.ones(U.shape[:-1], dtype=U.dtype, device=U.device), V, U)
+        U = as_tensor(U, "U", dtype=dtype, device=device)
+        V = as_tensor(V, "V", dtype=dtype, device=device, like=("U", U))
+        if U.dim() < 2 or V.dim() < 2 or U.shape[-2:] != V.shape[-2:]:
+            raise ValueError(f"U and V must both have shape (*, T, r); got {tuple(U.shape)} and {tuple(V.shape)}")
+        broadcast_batch(("U", U.shape[:-2]), ("V", V.shape[:-2]))
+        check_finite(U, "U")
+        check_finite(V, "V")
+        with trusted_parameters():  # checked here, under the names the caller wrote
+            return cls(torch.ones(U.shape[:-1], dtype=U.dtype, device=U.device), V, U)
 
 
 class SSSInverse(SSS):
@@ -205,9 +214,12 @@ class SSSInverse(SSS):
 
     @property
     def generators(self) -> Generators:
-        if self._generators is None:
-            self._generators = self._build()
-        return self._generators
+        if self._generators is not None:
+            return self._generators
+        built = self._build()
+        if torch.is_grad_enabled():  # built under no_grad / inference_mode they have no graph: a later use would lose it
+            self._generators = built
+        return built
 
     transitions = property(lambda self: self.generators.A)
     B = property(lambda self: self.generators.B)

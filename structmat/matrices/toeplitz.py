@@ -77,8 +77,8 @@ class Toeplitz(StructuredMatrix):
     tensor([5., 3., 5.])
     """
 
-    def __init__(self, c, r=None, *, causal: bool = False):
-        c = as_tensor(c, "c")
+    def __init__(self, c, r=None, *, causal: bool = False, dtype: torch.dtype | None = None, device=None):
+        c = as_tensor(c, "c", dtype=dtype, device=device)
         if c.dim() < 1:
             raise ValueError(f"c must have shape (*, T); got {tuple(c.shape)}")
         _check_finite(c, "c")
@@ -90,7 +90,7 @@ class Toeplitz(StructuredMatrix):
             self.c, self._r = c, None
             super().__init__(tuple(c.shape) + c.shape[-1:], c.dtype, c.device)
             return
-        r = as_tensor(c.conj() if r is None else r, "r", device=c.device)
+        r = as_tensor(c.conj() if r is None else r, "r", dtype=dtype, device=device, like=("c", c))
         if r.dim() < 1:
             raise ValueError(f"r must have shape (*, S); got {tuple(r.shape)}")
         _check_finite(r, "r")
@@ -109,9 +109,9 @@ class Toeplitz(StructuredMatrix):
         return self._r
 
     @classmethod
-    def causal(cls, c) -> Toeplitz:
+    def causal(cls, c, *, dtype: torch.dtype | None = None, device=None) -> Toeplitz:
         """Lower-triangular Toeplitz with first column ``c``."""
-        return cls(c, causal=True)
+        return cls(c, causal=True, dtype=dtype, device=device)
 
     def matvec_flops(self, K: int) -> float:
         n = self.shape[-2] + self.shape[-1]
@@ -171,10 +171,7 @@ class Toeplitz(StructuredMatrix):
         """
         self._check_square("solve()")
         if not (self.is_causal and self.shape[-1] <= DIRECT_INVERSE_MAX):
-            inv = self.inv()
-            M, Y, vector = inv._operand(Y, "Y")
-            X = M._matmat(Y)
-            return X[..., 0] if vector else X
+            return self.inv()._product(Y, "Y")
         M, Y, vector = self._solve_operand(Y)
         work = compute_dtype(M.dtype)
         X = torch.linalg.solve_triangular(M._lower_dense(work), Y if Y.dtype == work else Y.to(work), upper=False)
@@ -265,6 +262,8 @@ class ToeplitzInverse(Inverse):
     @property
     def T(self) -> ToeplitzInverse:
         return ToeplitzInverse(self.M.T, self.generators.transposed())
+
+    conj = StructuredMatrix.conj  # the parameters are entries: the generators conjugate with c and r
 
     def _scale(self, s) -> ToeplitzInverse:
         return ToeplitzInverse(self.M * (1.0 / s), self.generators.scaled(s))

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 import torch
-from conftest import F64, close, rand, randn
+from conftest import C128, F64, close, rand, randn
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -79,6 +79,22 @@ def test_sss_inverse_order_unchanged_with_explicit_d():
     close(inverse.to_dense() @ M.to_dense(), torch.eye(30, dtype=F64))
 
 
+@pytest.mark.parametrize("mode", [torch.no_grad, torch.inference_mode])
+def test_sss_inverse_used_without_grad_first_keeps_its_gradients(mode):
+    """The inverse's generators are built on first use and kept: built under no_grad / inference_mode they had
+    no graph, and every later closure result or dense form lost the gradient (silently, beside other terms)."""
+    A = rand(6, 2, seed=1).requires_grad_()
+    inverse = sm.SSS(A, randn(6, 2, seed=2), randn(6, 2, seed=3), D=3 + rand(6, seed=4)).inv()
+    with mode():
+        dense = inverse.to_dense()
+    grad, = torch.autograd.grad((inverse.to_dense() * randn(6, 6, seed=5)).sum(), A)
+    A2 = A.detach().clone().requires_grad_()
+    fresh = sm.SSS(A2, randn(6, 2, seed=2), randn(6, 2, seed=3), D=3 + rand(6, seed=4)).inv().to_dense()
+    want, = torch.autograd.grad((fresh * randn(6, 6, seed=5)).sum(), A2)
+    close(grad, want)
+    close(dense, fresh.detach())
+
+
 @given(st.one_of(smt.one_ss(scaled=True), smt.bidiagonals()))
 def test_one_ss_bidiagonal_inverse_pair(M):
     if isinstance(M, sm.OneSS) and bool((M.B == 0).any() | (M.C == 0).any()):
@@ -145,3 +161,5 @@ def test_inference_mode_transposes_and_products():
         close((sm.LowRank(randn(5, 1), randn(5, 1)) @ Bd).to_dense(), randn(5, 1) @ randn(5, 1).T @ Bd.to_dense())
         M = sm.OneSS.from_decays(rand(5))
         close(sm.Transpose(M) @ x, M.to_dense().T @ x)
+        cosine = sm.DFT(5, dtype=C128).real
+        close((cosine * 2j).to_dense(), cosine.to_dense() * 2j)

@@ -64,3 +64,23 @@ def test_cancellation_scale_and_quasiseparable_paths():
     assert r(Q) == r(Q.to_dense()) and r(Q.T) == r(Q.to_dense().T)
     T = sm.Toeplitz(randn(12, seed=4))
     assert r(T, strict=True) == r(T.to_dense(), strict=True)
+
+
+def test_vanishing_generators_beside_a_diagonal():
+    """D40: ``B`` or ``C`` all zero beside a non-zero diagonal (a ``Bidiagonal`` of length 1 or with a zero
+    subdiagonal, an SSS with ``C = 0``): the normalisation divided the diagonal by 1e-300, then svd met inf."""
+    r = sm.semiseparable_rank
+    for M in (sm.Bidiagonal(torch.tensor([2.44], dtype=F64), torch.ones(0, dtype=F64)),
+              sm.Bidiagonal(1 + rand(5), torch.zeros(4, dtype=F64)),
+              sm.SSS(rand(6), randn(6, 2), torch.zeros(6, 2, dtype=F64), D=1 + rand(6, seed=1)),
+              sm.SSS(rand(6), 1e-200 * randn(6, 2), 1e-200 * randn(6, 2, seed=2), D=1 + rand(6, seed=1))):
+        assert (r(M), r(M, strict=True)) == (r(M.to_dense()), r(M.to_dense(), strict=True)) == (1, 0)
+
+
+def test_structured_matrices_with_an_empty_batch():
+    """D39 fixed the dense path; the structured paths still crashed (``max()`` of an empty tensor): 0 now."""
+    T = 4
+    for M in (sm.OneSS.from_decays(rand(0, T)), sm.SSS(rand(0, T, 2, 2), randn(0, T, 2), randn(0, T, 2)),
+              sm.Bidiagonal(1 + rand(0, T), rand(0, T - 1)), sm.LowRank(randn(0, T, 2), randn(0, T, 2)),
+              sm.Quasiseparable.lion(rand(0, T))):
+        assert sm.semiseparable_rank(M) == sm.semiseparable_rank(M, strict=True) == sm.semiseparable_rank(M.to_dense()) == 0

@@ -57,7 +57,9 @@ def test_rule_matches_dense(rule, data):
     if rule.op == "inv":
         s = torch.linalg.svdvals(dense[0])
         if bool((s[..., -1] < 1e-8 * s[..., 0]).any()):
-            assume("lazy" not in rule.result)  # a lazy inverse is only ever applied, never built densely
+            # a lazy inverse is only ever applied, never built densely; one that documents the error raises it when
+            # built (LowRank below full rank: filtering those out failed hypothesis's filter_too_much health check)
+            assume("lazy" not in rule.result or "SingularMatrixError" in rule.result)
             with pytest.raises(sm.SingularMatrixError):
                 rule.fn(*operands)
             return

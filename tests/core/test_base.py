@@ -63,6 +63,13 @@ def test_operand_errors_name_the_argument_and_shape():
         sm.OneSS.from_decays(torch.rand(2, 4)) @ torch.ones(3, 4, 1)
     with pytest.raises(ValueError, match=r"batch shapes do not broadcast: left operand \(2,\), right operand \(3,\)"):
         sm.OneSS.from_decays(torch.rand(2, 4)) + sm.OneSS.from_decays(torch.rand(3, 4))
+    two, three = sm.OneSS.from_decays(torch.rand(2, 4)), sm.OneSS.from_decays(torch.rand(3, 4))
+    with pytest.raises(ValueError, match=r"batch shapes do not broadcast: left operand \(2,\), right operand \(3,\)"):
+        two.hadamard(three)
+    with pytest.raises(ValueError, match=r"batch shapes do not broadcast: matrix \(2,\), Y \(3,\)"):
+        two.solve(torch.ones(3, 4, 1))
+    with pytest.raises(ValueError, match=r"batch shapes do not broadcast: A \(2,\), B \(3,\)"):
+        sm.OneSS.from_decays(torch.rand(2, 4), b=torch.rand(3, 4))
     with pytest.raises(TypeError, match="array-like"):
         M @ "abc"
     with pytest.raises(TypeError, match="hadamard needs a StructuredMatrix"):

@@ -79,3 +79,18 @@ def test_triton_backend_equals_sequential(chunk):
     want, want_final = decay_naive(*(t[k].double() for k in ("x", "log_a", "B", "C")),
                                    **{k: v.double() for k, v in kw.items()})
     assert rel(out, want) < 1e-5 and rel(final, want_final) < 1e-5
+
+
+@pytest.mark.parametrize("bad", [0.05, float("nan")])
+def test_triton_backend_refuses_decays_above_one(bad):
+    """The kernels assume ``log_a <= 0``: a growing decay (or NaN) gave a result 47% off, silently; now an
+    error naming ``log_a`` (``backend="auto"`` takes the torch implementation for it)."""
+    t = inputs(1, 16, 2, 4, 1, 8, seed=12, dtype=torch.float32)
+    log_a = t["log_a"].float().clone()
+    log_a[0, 5, 1] = bad
+    with pytest.raises(ValueError, match=r"log_a finite and <= 0"):
+        chunked_decay(t["x"], log_a, t["B"], t["C"], chunk_size=16, backend="triton")
+    if bad > 0:  # (NaN has no reference to compare with)
+        out, _ = chunked_decay(t["x"], log_a, t["B"], t["C"], chunk_size=16)
+        want, _ = decay_naive(t["x"].double(), log_a.double(), t["B"].double(), t["C"].double())
+        assert rel(out, want) < 1e-5

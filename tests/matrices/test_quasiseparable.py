@@ -207,3 +207,36 @@ def test_bad_input_names_the_argument_and_the_expected_shape():
         Q.solve(torch.ones(2, 4, 1))
     with pytest.raises(ValueError, match=r"batch shapes do not broadcast: matrix \(2,\), Y \(3,\)"):
         sm.Quasiseparable.lion(torch.rand(2, 3)).solve(torch.ones(3, 3, 1))
+
+
+@pytest.mark.parametrize("what", ["matvec", "to_dense", "quadratic", "linear", "chunked"])
+def test_lion_decay_gradient_at_an_exact_zero(what):
+    """``d/da_t`` at ``a_t = 0`` of a LION mask: the generic halves hold log decays, whose gradient there is 0; the
+    mask keeps its 1-SS halves (with the decays) for the matvec, the dense form and sma."""
+    T, B, H = 7, 2, 3
+    a = randn(H, T, seed=1).abs().clamp(max=0.9)
+    a[0, 3], a[1, 2], a[1, 6] = 0.0, 0.0, 0.0
+    b, c = randn(H, T, seed=2), randn(H, T, seed=3)
+    q, k, v = (randn(B, T, H, 2, seed=s) for s in (4, 5, 6))
+    X = randn(H, T, 2, seed=7)
+
+    def dense(a):  # entry by entry: polynomials in a, exact derivatives at 0
+        L = torch.stack([torch.stack([a[:, i + 1:j + 1].prod(-1) if j >= i else a.new_zeros(H) for i in range(T)], -1)
+                         for j in range(T)], -2)
+        return c[..., None] * (L + L.transpose(-1, -2) - torch.eye(T, dtype=F64)) * b[..., None, :]
+
+    def run(M, exact):
+        if what in ("matvec", "to_dense"):
+            L = dense(M) if exact else (M.to_dense() if what == "to_dense" else None)
+            return L @ X if L is not None else M @ X
+        if exact:
+            return torch.einsum("hts,bthn,bshn,bshp->bthp", dense(M), q, k, v)
+        return sm.sma(q, k, v, M, order=what, chunk=3)
+
+    a1, a2 = a.clone().requires_grad_(), a.clone().requires_grad_()
+    got, want = run(sm.Quasiseparable.lion(a1, b=b, c=c), False), run(a2, True)
+    close(got, want)
+    w = randn(*got.shape, seed=8)
+    expected = torch.autograd.grad((want * w).sum(), a2)[0]
+    close(torch.autograd.grad((got * w).sum(), a1)[0], expected)
+    assert expected[1, 6] != 0 and expected[0, 3] != 0

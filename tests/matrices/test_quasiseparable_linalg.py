@@ -4,7 +4,7 @@ import time
 
 import pytest
 import torch
-from conftest import F64, close
+from conftest import F64, close, rand, randn
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -204,3 +204,18 @@ def test_structured_solve_beats_dense_lu_at_1024():
         torch.set_num_threads(threads)
     close(Q.solve(y), torch.linalg.solve(dense, y), rtol=1e-9)
     assert ours < lapack, (ours, lapack)
+
+
+def test_solving_under_inference_mode_first_leaves_gradients_working():
+    """The solver caches its masks per size: made under ``inference_mode`` they were inference tensors, and every
+    later differentiated solve of that size raised "Inference tensors cannot be saved for backward"."""
+    from structmat.linalg import quasiseparable_chunks
+
+    quasiseparable_chunks.strictly_lower.cache_clear()
+    quasiseparable_chunks._masks.cache_clear()
+    fwd, bwd = sm.OneSS.from_decays(rand(9, seed=1)), sm.OneSS.from_decays(rand(9, seed=2))
+    y = randn(9, 2, seed=3)
+    with torch.inference_mode():
+        sm.Quasiseparable.bidirectional(fwd, bwd, diag=4 + rand(9, seed=4)).solve(y)
+    d = (4 + rand(9, seed=4)).requires_grad_()
+    assert torch.autograd.gradcheck(lambda d: sm.Quasiseparable.bidirectional(fwd, bwd, diag=d).solve(y), (d,))

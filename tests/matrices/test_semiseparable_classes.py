@@ -171,8 +171,44 @@ def test_every_constructor_takes_dtype_and_device():
             sm.OneSS(torch.zeros(4), dtype=F), sm.OneSS.decay(0.9, 4, dtype=F), sm.OneSS.causal(4, dtype=F),
             sm.OneSS.from_decays([0.5, 0.5], dtype=F), sm.Diagonal([1, 2], dtype=F), sm.Dense(torch.eye(2), dtype=F),
             sm.LowRank(torch.ones(3, 1), torch.ones(3, 1), dtype=F), sm.Bidiagonal([1.0, 2.0], [3.0], dtype=F),
-            sm.Quasiseparable(sm.OneSS.causal(3), sm.OneSS.causal(3).T, torch.ones(3), dtype=F)]
-    assert all(M.dtype == F for M in made)
+            sm.Quasiseparable(sm.OneSS.causal(3), sm.OneSS.causal(3).T, torch.ones(3), dtype=F),
+            sm.Quasiseparable.bidirectional(sm.OneSS.causal(3), sm.OneSS.causal(3), dtype=F, device="cpu"),
+            sm.Quasiseparable.lion([0.5, 0.5], dtype=F), sm.Quasiseparable.lion_decay(0.5, 3, dtype=F),
+            sm.SSS.from_generators(torch.ones(3, 1), torch.ones(3, 1), dtype=F, device="cpu"),
+            sm.Toeplitz(torch.ones(3), dtype=F, device="cpu"), sm.Toeplitz([1, 2], [1, 3, 4], dtype=F),
+            sm.Toeplitz.causal(torch.ones(3), dtype=F, device="cpu"), sm.Fourier(torch.ones(3), dtype=F),
+            sm.Fourier.from_kernel(torch.ones(3), dtype=F, device="cpu"), sm.DFT(3, dtype=torch.complex128)]
+    assert all(M.dtype == F for M in made[:-1]) and made[-1].dtype == torch.complex128
+    assert sm.Toeplitz.causal(torch.ones(3), device="meta").device.type == "meta"
+    assert sm.SSS.from_generators(torch.ones(3, 1), torch.ones(3, 1), device="meta").device.type == "meta"
     Mc = sm.OneSS(torch.zeros(4), dtype=torch.complex128)
     assert Mc.dtype == torch.complex128 and Mc.log_a.dtype == F
     assert sm.SSS(torch.rand(4), torch.ones(4, 1), torch.ones(4, 1), device="meta").device.type == "meta"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+def test_bidiagonal_inverse_beyond_the_dtype_range_raises(dtype):
+    """The inverse's entries reach ``1000**199``: held in log space, they gave infinities (then NaN) in every
+    matvec; now a ``SingularMatrixError`` at ``inv()`` / ``solve``. Zero subdiagonal entries cut the growth."""
+    M = sm.Bidiagonal(torch.full((200,), 1e-3, dtype=dtype), torch.ones(199, dtype=dtype))
+    with pytest.raises(sm.SingularMatrixError, match=r"Bidiagonal.inv\(\) has entries up to about 1e600"):
+        M.inv()
+    with pytest.raises(sm.SingularMatrixError):
+        M.solve(torch.ones(200, dtype=dtype))
+    with pytest.raises(sm.SingularMatrixError, match=r"sub\[t-1\] / diag\[t\] overflows"):  # not an internal name
+        sm.Bidiagonal(torch.tensor([1.0, 1e-3], dtype=dtype), torch.tensor([torch.finfo(dtype).max / 10], dtype=dtype)).inv()
+    sub = torch.ones(199, dtype=dtype).index_fill(0, torch.arange(4, 199, 5), 0.0)  # blocks of 5: entries <= 1e15
+    cut = sm.Bidiagonal(torch.full((200,), 1e-3, dtype=dtype), sub)
+    y = cut.solve(torch.ones(200, dtype=dtype))
+    close(y, torch.linalg.solve(cut.to_dense().to(F64), torch.ones(200, dtype=F64)), rtol=1e-5)
+
+
+def test_length_zero_and_zero_columns():
+    """numpy's answers for empty operands: ``(0, K)`` and ``(T, 0)`` products, empty solves."""
+    empty = [sm.OneSS.from_decays(torch.ones(0, dtype=F64)), sm.SSS(torch.ones(0, 2, dtype=F64), torch.ones(0, 2, dtype=F64),
+             torch.ones(0, 2, dtype=F64)), sm.Quasiseparable.bidirectional(sm.OneSS.causal(0, dtype=F64), sm.OneSS.causal(0, dtype=F64))]
+    for M in empty:
+        assert (M @ torch.ones(0, 3, dtype=F64)).shape == (0, 3) and (M @ torch.ones(0, dtype=F64)).shape == (0,)
+    for M in (sm.OneSS.from_decays(rand(5)), sm.SSS(rand(5, 2), randn(5, 2), randn(5, 2)), sm.Bidiagonal(1 + rand(5), rand(4))):
+        assert (M @ torch.ones(5, 0, dtype=F64)).shape == (5, 0)
+        assert (M.T @ torch.ones(2, 5, 0, dtype=F64)).shape == (2, 5, 0)

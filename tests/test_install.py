@@ -1,0 +1,30 @@
+"""Installation: ``import structmat`` (and its layers) works without the optional Triton."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = """
+import importlib.abc, sys
+
+class NoTriton(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] == "triton":
+            raise ModuleNotFoundError(f"No module named {name!r}")
+
+sys.meta_path.insert(0, NoTriton())
+import torch
+import structmat as sm, structmat.nn
+x, B = torch.ones(1, 4, 1, 2), torch.ones(1, 4, 1, 2)
+assert sm.ssd(x, torch.ones(1, 4, 1), -torch.ones(1), B, B, 2).shape == (1, 4, 1, 2)
+assert sm.sma(B, B, x, sm.OneSS.causal(4)).shape == (1, 4, 1, 2)
+structmat.nn.Mamba2(8, d_state=4, headdim=4, chunk_size=4)(torch.ones(1, 4, 8))
+assert not any(m.split(".")[0] == "triton" for m in sys.modules)
+"""
+
+
+def test_import_and_cpu_paths_without_triton():
+    root = Path(__file__).parents[1]
+    run = subprocess.run([sys.executable, "-c", SCRIPT], cwd=root, capture_output=True, text=True, timeout=300,
+                         env={"PATH": "", "PYTHONPATH": str(root)})
+    assert run.returncode == 0, run.stderr[-2000:]
