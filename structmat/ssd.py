@@ -193,12 +193,16 @@ def ssd(x, dt, A, B, C, chunk_size: int = 256, D=None, z=None, dt_bias=None, ini
 
     Parameters
     ----------
-    x : ``(batch, seqlen, nheads, headdim)``;  dt : ``(batch, seqlen, nheads)``
+    x : ``(batch, seqlen, nheads, headdim)``
+    dt : ``(batch, seqlen, nheads)``
     A : ``(nheads,)``; the Triton kernels need ``dt A <= 0`` (``auto`` falls back to torch)
     B, C : ``(batch, seqlen, ngroups, dstate)``; heads share groups as in Mamba-2
     chunk_size : int, block length (Triton: rounded up to a power of two in ``[16, 256]``); rounding only.
-    D : ``(nheads,)`` or ``(nheads, headdim)``, optional skip;  z : like ``x``, optional gate ``silu(z)``
-    dt_bias : ``(nheads,)``;  dt_softplus, dt_limit : as Mamba-2
+    D : ``(nheads,)`` or ``(nheads, headdim)``, optional skip
+    z : like ``x``, optional gate ``silu(z)``
+    dt_bias : ``(nheads,)``, optional, added to ``dt``
+    dt_softplus : bool, ``dt = softplus(dt)`` (after the bias)
+    dt_limit : ``(min, max)``, ``dt`` clamped to it
     initial_states : ``(batch, nheads, headdim, dstate)``, or with ``cu_seqlens`` one per packed sequence
         ``(num_seqs, nheads, headdim, dstate)`` (as fla accepts; the sequences then restart at their bounds)
     seq_idx : ``(batch, seqlen)`` int, non-decreasing ids of packed sequences: the state restarts from

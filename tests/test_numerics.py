@@ -43,7 +43,7 @@ def _dense_decay_mask(a):
 
 
 @pytest.mark.parametrize("upper", [False, True])
-@pytest.mark.parametrize("order", ["matvec", "to_dense", "quadratic", "linear", "chunked"])
+@pytest.mark.parametrize("order", ["matvec", "to_dense", "solve", "inv", "quadratic", "linear", "chunked"])
 def test_decay_gradient_at_an_exact_zero(order, upper):
     """``d/da_t`` at ``a_t = 0`` is finite and non-zero (the entries are polynomials in ``a``). The SMA orders form
     products of decays in log space, where it was 0: several zeros per head (first and last steps included),
@@ -61,8 +61,10 @@ def test_decay_gradient_at_an_exact_zero(order, upper):
         M = M.T if upper else M
         dense = c[:, :, None] * _dense_decay_mask(a)
         dense = dense.transpose(-1, -2) if upper else dense
+        X = v[0].transpose(0, 1)
+        if order in ("solve", "inv"):  # the inverse is bidiagonal: its subdiagonal is linear in a
+            return torch.linalg.solve(dense, X) if exact else M.solve(X) if order == "solve" else M.inv() @ X
         if order in ("matvec", "to_dense"):
-            X = v[0].transpose(0, 1)
             return dense @ X if exact else M @ X if order == "matvec" else M.to_dense() @ X
         if not exact:
             return sm.sma(q, k, v, M, order=order, chunk=4)

@@ -173,6 +173,7 @@ def oness_inverse(m: OneSS) -> Bidiagonal:
     b, c = m.B[..., 0].expand(*batch, m.shape[-1]), m.C[..., 0].expand(*batch, m.shape[-1])
     if bool((b == 0).any()) or bool((c == 0).any()):
         raise SingularMatrixError("OneSS is singular: some b_t * c_t is zero")
-    a = torch.exp(m.log_a[..., 1:]).to(m.dtype)
+    # the decays themselves where the matrix holds them: exp(log a) has no gradient at a_t = 0
+    a = (torch.exp(m.log_a) if m.decays is None else m.decays)[..., 1:].to(m.dtype)
     diag = check_overflow(1.0 / (b * c), "OneSS.inv() diagonal")
     return Bidiagonal(diag, check_overflow(-a / (b[..., 1:] * c[..., :-1]), "OneSS.inv() subdiagonal"), lower=m.lower)

@@ -55,11 +55,15 @@ def sma_step(state, q_t, k_t, v_t, A, B_t, C_t, D_t=None, *, scale: float = 1.0)
     ----------
     state : Tensor ``(B, H, n, N, P)`` or None
         The state after the previous token (None: the first token, no past).
-    q_t : ``(B, H|H_k, N)``;  k_t : ``(B, H_k, N)``;  v_t : ``(B, H, P)``
+    q_t : Tensor ``(B, H|H_k, N)``
+    k_t : Tensor ``(B, H_k, N)``
+    v_t : Tensor ``(B, H, P)``
     A : the step's transition, broadcastable to ``(B, H)``: a scalar ``(B, H)``, diagonal
         ``(B, H, n)`` or dense ``(B, H, n, n)`` tensor, or a one-step ``Transitions`` (log decays:
         ``Transitions.from_log(log_a[..., None])`` with ``log_a (B, H)``). Unused when ``state`` is None.
-    B_t, C_t : ``(B|1, H|1, n)``;  D_t : ``(B|1, H|1)``, optional (default ``C_t . B_t``).
+    B_t, C_t : Tensor ``(B|1, H|1, n)``
+    D_t : Tensor ``(B|1, H|1)``, optional
+        The step's diagonal entry (default ``C_t . B_t``).
 
     Notes
     -----

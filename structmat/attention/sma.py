@@ -40,7 +40,10 @@ def sma(q, k, v, mask: StructuredMatrix, *, order: str = "auto", scale: float = 
     mask : StructuredMatrix with ``mask.shape[-2:] == (T, S)`` and batch broadcastable to ``(B, H)``
     order : {"auto", "quadratic", "linear", "chunked", "lowrank"}
         See :mod:`structmat.attention.orders`; ``auto`` takes :func:`sma_plan`'s choice.
-    scale : float, multiplies ``Q K^T``;  chunk : int, block length of ``chunked`` (the tuning's by default)
+    scale : float
+        Multiplies ``Q K^T``.
+    chunk : int, optional
+        Block length of ``chunked`` (the tuning's by default).
     tuning : Tuning, optional
         How the orders cut their work (by default :func:`~structmat.attention.tuning_for` the device).
 

@@ -157,8 +157,10 @@ def decay_chunked_triton(x, log_a, B, C, *, scale=None, D=None, z=None, initial_
         it; ``log_a[:, 0]`` decays ``initial_state``). Computed in float32.
     B, C : ``(batch, T, G, N)``, ``H % G == 0``.
     scale : ``(batch, T, H)`` or None (inputs unscaled).
-    D : ``(H,)`` or ``(H, P)`` skip term; z : like ``x``, gate ``out = y * silu(z)``.
-    initial_state : ``(batch, H, P, N)``; seq_idx : ``(batch, T)`` non-decreasing ints.
+    D : ``(H,)`` or ``(H, P)`` skip term.
+    z : like ``x``, gate ``out = y * silu(z)``.
+    initial_state : ``(batch, H, P, N)``.
+    seq_idx : ``(batch, T)`` non-decreasing ints.
     chunk_size : power of two in ``[16, 256]`` (changes rounding only).
     return_chunk_states : also return the states entering every chunk, ``(batch, n_chunks, H, P, N)``
         float32 (constants for autograd: no gradient flows through them).

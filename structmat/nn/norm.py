@@ -15,7 +15,14 @@ class GatedRMSNorm(nn.Module):
 
     Parameters
     ----------
-    hidden_size : int;  eps : float;  group_size : int, optional (default: one group);  norm_before_gate : bool
+    hidden_size : int
+        Features of ``x`` and ``z``.
+    eps : float
+        Added to the mean square.
+    group_size : int, optional
+        Features normalised together (default: all, one group).
+    norm_before_gate : bool
+        ``RMSNorm(x) * silu(z)`` when True, else ``RMSNorm(x * silu(z))``.
 
     Notes
     -----
