@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 __all__ = ["SingularMatrixError", "as_tensor", "check_finite", "check_overflow", "overflow_checks_enabled", "skip_finite_checks",
-           "finite_checks_enabled", "trusted_parameters", "broadcast_batch", "check_dtype", "check_device",
+           "finite_checks_enabled", "trusted_parameters", "thread_flag", "broadcast_batch", "check_dtype", "check_device",
            "check_same_device", "check_count", "check_positive_int", "check_scalar", "check_tolerance",
            "check_nonnegative", "check_matrix", "check_tensor", "to_target"]
 
@@ -31,6 +31,20 @@ class SingularMatrixError(ValueError):
 
 
 _STATE = threading.local()
+
+
+@contextlib.contextmanager
+def thread_flag(state: threading.local, name: str, value: bool) -> Iterator[None]:
+    """Within the block, ``state.name`` is ``value`` for this thread; the previous setting comes back after."""
+    previous = getattr(state, name, None)
+    setattr(state, name, value)
+    try:
+        yield
+    finally:
+        if previous is None:
+            delattr(state, name)
+        else:
+            setattr(state, name, previous)
 
 
 def finite_checks_enabled() -> bool:
@@ -55,12 +69,8 @@ def trusted_parameters() -> Iterator[None]:
     """Within the block, constructors trust their parameters: the closure rules build results from
     operands that were checked when they were made (overflow is checked where it can arise, by
     :func:`check_overflow`)."""
-    previous = getattr(_STATE, "trusted", False)
-    _STATE.trusted = True
-    try:
+    with thread_flag(_STATE, "trusted", True):
         yield
-    finally:
-        _STATE.trusted = previous
 
 
 @contextlib.contextmanager
@@ -76,12 +86,8 @@ def skip_finite_checks() -> Iterator[None]:
     >>> with sm.skip_finite_checks():
     ...     M = sm.OneSS(torch.zeros(4))
     """
-    previous = getattr(_STATE, "finite_checks", True)  # the setting, not its state while tracing
-    _STATE.finite_checks = False
-    try:
+    with thread_flag(_STATE, "finite_checks", False):  # the setting, not its state while tracing
         yield
-    finally:
-        _STATE.finite_checks = previous
 
 
 def as_tensor(x: Any, name: str, *, dtype: torch.dtype | None = None, device=None,

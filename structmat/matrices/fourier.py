@@ -25,6 +25,16 @@ def _spectrum_dtype(dtype: torch.dtype) -> torch.dtype:
     return compute_dtype(complex_dtype(dtype))
 
 
+def _sequence(x, name: str, dtype, device) -> tuple[torch.Tensor, torch.dtype | None, torch.dtype]:
+    """``x`` as a finite tensor of shape ``(*, T)``, the checked ``dtype`` and the precision the matrix takes."""
+    dtype = check_dtype(dtype)
+    x = as_tensor(x, name, device=device)
+    if x.dim() < 1:
+        raise ValueError(f"{name} must have shape (*, T); got a scalar")
+    check_finite(x, name)
+    return x, dtype, x.dtype if dtype is None else dtype
+
+
 class Fourier(StructuredMatrix):
     """Circulant ``M = F^{-1} diag(eigvals) F`` with ``F`` the DFT along the sequence.
 
@@ -68,12 +78,7 @@ class Fourier(StructuredMatrix):
     """
 
     def __init__(self, eigvals, *, real: bool | None = None, dtype: torch.dtype | None = None, device=None):
-        dtype = check_dtype(dtype)
-        lam = as_tensor(eigvals, "eigvals", device=device)
-        if lam.dim() < 1:
-            raise ValueError("eigvals must have shape (*, T); got a scalar")
-        check_finite(lam, "eigvals")
-        precision = lam.dtype if dtype is None else dtype
+        lam, dtype, precision = _sequence(eigvals, "eigvals", dtype, device)
         lam = lam.to(_spectrum_dtype(precision))
         if real is None:  # conjugate-symmetric spectrum <=> real kernel (a complex dtype asks for a complex matrix)
             real = not precision.is_complex or dtype is None
@@ -87,12 +92,7 @@ class Fourier(StructuredMatrix):
     @classmethod
     def from_kernel(cls, c, *, dtype: torch.dtype | None = None, device=None) -> Fourier:
         """Circulant with first column ``c`` (shape ``(*, T)``); ``dtype``, ``device`` as in the constructor."""
-        dtype = check_dtype(dtype)
-        c = as_tensor(c, "c", device=device)
-        if c.dim() < 1:
-            raise ValueError("c must have shape (*, T); got a scalar")
-        check_finite(c, "c")
-        precision = c.dtype if dtype is None else dtype
+        c, dtype, precision = _sequence(c, "c", dtype, device)
         work = compute_dtype(real_dtype(precision))
         work = c.to(complex_dtype(work) if c.is_complex() else work)
         lam = torch.fft.fft(work) if c.numel() else work.to(_spectrum_dtype(precision))

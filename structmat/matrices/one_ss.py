@@ -18,6 +18,7 @@ from structmat.core.validation import (
     check_finite,
     check_nonnegative,
     finite_checks_enabled,
+    thread_flag,
     trusted_parameters,
 )
 from structmat.linalg.first_order import first_order_scan
@@ -34,12 +35,8 @@ _CALLER = threading.local()
 def zero_decays_added_by_caller() -> Iterator[None]:
     """Within the block ``to_dense`` leaves out its zero-decay gradient terms: the caller adds them for its
     whole result (``sma`` does, for every order)."""
-    previous = getattr(_CALLER, "adds", False)
-    _CALLER.adds = True
-    try:
+    with thread_flag(_CALLER, "adds", True):
         yield
-    finally:
-        _CALLER.adds = previous
 
 
 def safe_log(a: torch.Tensor) -> torch.Tensor:
