@@ -34,17 +34,15 @@ _STATE = threading.local()
 
 
 @contextlib.contextmanager
-def thread_flag(state: threading.local, name: str, value: bool) -> Iterator[None]:
-    """Within the block, ``state.name`` is ``value`` for this thread; the previous setting comes back after."""
-    previous = getattr(state, name, None)
+def thread_flag(state: threading.local, name: str, value: bool, default: bool) -> Iterator[None]:
+    """Within the block, ``state.name`` is ``value`` for this thread; the previous setting (``default`` if
+    none) comes back after. No ``delattr``: dynamo traces these blocks inside compiled layers and cannot."""
+    previous = getattr(state, name, default)
     setattr(state, name, value)
     try:
         yield
     finally:
-        if previous is None:
-            delattr(state, name)
-        else:
-            setattr(state, name, previous)
+        setattr(state, name, previous)
 
 
 def finite_checks_enabled() -> bool:
@@ -69,7 +67,7 @@ def trusted_parameters() -> Iterator[None]:
     """Within the block, constructors trust their parameters: the closure rules build results from
     operands that were checked when they were made (overflow is checked where it can arise, by
     :func:`check_overflow`)."""
-    with thread_flag(_STATE, "trusted", True):
+    with thread_flag(_STATE, "trusted", True, default=False):
         yield
 
 
@@ -86,7 +84,7 @@ def skip_finite_checks() -> Iterator[None]:
     >>> with sm.skip_finite_checks():
     ...     M = sm.OneSS(torch.zeros(4))
     """
-    with thread_flag(_STATE, "finite_checks", False):  # the setting, not its state while tracing
+    with thread_flag(_STATE, "finite_checks", False, default=True):  # the setting, not its state while tracing
         yield
 
 

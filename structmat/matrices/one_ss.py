@@ -35,7 +35,7 @@ _CALLER = threading.local()
 def zero_decays_added_by_caller() -> Iterator[None]:
     """Within the block ``to_dense`` leaves out its zero-decay gradient terms: the caller adds them for its
     whole result (``sma`` does, for every order)."""
-    with thread_flag(_CALLER, "adds", True):
+    with thread_flag(_CALLER, "adds", True, default=False):
         yield
 
 
