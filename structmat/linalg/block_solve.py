@@ -83,10 +83,12 @@ def block_solve(G: Generators, Y: torch.Tensor, chunk: int = SOLVE_CHUNK) -> tor
     n = maps.blocks.shape[-3]
     Yc = _chunked(Y.expand(*batch, T, K), 2, n, maps.L, 0.0)
     h = Y.new_zeros(*batch, G.order, K)
+    steps, step = maps.P.step_factors(), maps.P.stepper()  # chunk-first factors: no Transitions per chunk
+    steps = steps.to(torch.promote_types(steps.dtype, h.dtype))
     out = []
     for c in range(n):
         rhs = Yc[..., c, :, :] - maps.W[..., c, :, :] @ h
         X = torch.linalg.solve_triangular(maps.blocks[..., c, :, :], rhs, upper=False)
-        h = maps.P.narrow(c, 1).apply(h[..., None, :, :])[..., 0, :, :] + maps.R[..., c, :, :].mT @ X
+        h = step(maps.R[..., c, :, :].mT @ X, steps[c], h.to(steps.dtype))
         out.append(X)
     return torch.cat(out, dim=-2)[..., :T, :]

@@ -72,5 +72,10 @@ def first_order_scan(log_a: torch.Tensor, X: torch.Tensor, decays: torch.Tensor 
     batch = torch.broadcast_shapes(log_a.shape[:-1], X.shape[:-2])
     X = X.expand(*batch, *X.shape[-2:])
     compiled, a_const = iir.compiled_path(log_a, X) if not X.is_complex() else (False, None)
-    a = torch.exp(log_a) if decays is None else decays
+    if decays is not None:
+        a = decays
+    elif log_a.requires_grad and torch.is_grad_enabled():
+        a = torch.exp(log_a)  # the decays' gradient reaches log_a through it
+    else:
+        a = log_a  # no gradient wanted: only its shape is read (exp of a T-long expanded decay costs a pass)
     return _FirstOrderScan.apply(log_a.detach(), a, X, compiled, a_const)

@@ -35,7 +35,10 @@ _WORKSPACE = threading.local()
 
 def _constant(log_a: torch.Tensor) -> float | None:
     """The common decay ``a`` if every ``log_a[..., 1:]`` is the same number, else None."""
-    lo, hi = torch.aminmax(log_a.detach()[..., 1:])
+    tail = log_a.detach()[..., 1:]
+    if all(stride == 0 for stride in tail.stride()):  # one number expanded (OneSS.decay): no pass over T
+        tail = tail.reshape(-1)[:1]
+    lo, hi = torch.aminmax(tail)
     return float(torch.exp(lo.double())) if bool(lo == hi) else None
 
 
