@@ -41,6 +41,17 @@ def median_ms(fn, *, repeat: int = 7, warmup: int = 1, min_time: float = 0.2) ->
     return 1e3 * statistics.median(times)
 
 
+def cuda_peak_mib(fn) -> float:
+    """Peak CUDA memory allocated by ``fn()`` above what was allocated before, in MiB."""
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    fn()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - base) / 2**20
+
+
 def machine() -> dict:
     info = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

@@ -27,7 +27,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(ROOT))
-from _report import table, write  # noqa: E402
+from _report import cuda_peak_mib, table, write  # noqa: E402
 
 from structmat.nn import Mamba2  # noqa: E402
 
@@ -89,15 +89,7 @@ def timer(device):
 
 
 def peak_mib(fn, device) -> float | None:
-    if device.type != "cuda":
-        return None
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
-    fn()
-    torch.cuda.synchronize()
-    return (torch.cuda.max_memory_allocated() - base) / 2**20
+    return cuda_peak_mib(fn) if device.type == "cuda" else None
 
 
 def training_row(mods: dict, d_model: int, tokens: int, seqlen: int, device, dtype, bench) -> dict:

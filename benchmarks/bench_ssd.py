@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _report import table, write  # noqa: E402
+from _report import cuda_peak_mib, table, write  # noqa: E402
 
 import structmat as sm  # noqa: E402
 
@@ -147,16 +147,6 @@ def fwd_bwd(fn, tensors):
     return run
 
 
-def peak_memory(fn) -> float:
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
-    fn()
-    torch.cuda.synchronize()
-    return (torch.cuda.max_memory_allocated() - base) / 2**20
-
-
 def grid_point(peers, batch, T, H, P, N, sdpa=True) -> dict:
     row = {"T": T, "N": N, "batch": batch, "H": H}
     x, dt, A, B, C = make_inputs(batch, T, H, P, N)
@@ -174,7 +164,7 @@ def grid_point(peers, batch, T, H, P, N, sdpa=True) -> dict:
         try:
             run = fwd_bwd(fn, (xg, dtg, Ag, Bg, Cg))
             row[f"{name}_fwdbwd"] = bench(run, grad_to_none=[xg, dtg, Ag, Bg, Cg])
-            row[f"{name}_peak_mib"] = peak_memory(run)
+            row[f"{name}_peak_mib"] = cuda_peak_mib(run)
         except Exception as err:
             row[f"{name}_fwdbwd"] = None
             print(f"{name} fwd+bwd failed at T={T} N={N}: {err!r}"[:300])

@@ -18,7 +18,9 @@ import triton
 import triton.testing
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).parent))
 
+from _report import cuda_peak_mib  # noqa: E402
 import structmat.kernels.decay_triton_launch as dt  # noqa: E402
 from structmat.kernels.decay_triton import decay_chunked_triton  # noqa: E402
 
@@ -66,13 +68,7 @@ def fwd_bwd(x, la, s, B, C, chunk, cfg):
 
     run()
     t = triton.testing.do_bench(run, warmup=10, rep=40, grad_to_none=leaves, return_mode="median")
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
-    run()
-    torch.cuda.synchronize()
-    return t, (torch.cuda.max_memory_allocated() - base) / 2**20
+    return t, cuda_peak_mib(run)
 
 
 def variants(N, extra=()):
