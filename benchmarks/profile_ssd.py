@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).parent))
 
 from _report import cuda_peak_mib  # noqa: E402
+
 import structmat.kernels.decay_triton_launch as dt  # noqa: E402
 from structmat.kernels.decay_triton import decay_chunked_triton  # noqa: E402
 
