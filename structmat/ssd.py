@@ -17,13 +17,14 @@ import torch
 import torch.nn.functional as F
 
 from structmat.core.validation import (
-    check_finite,
     check_positive_int,
     check_same_device,
     check_tensor,
+    checked_once,
     finite_checks_enabled,
 )
-from structmat.kernels.chunked_decay import chunked_decay, states_after, triton_applies
+from structmat.kernels.availability import eager_triton
+from structmat.kernels.chunked_decay import chunked_decay, states_after, triton_supports
 
 __all__ = ["ssd", "ssd_step", "process_dt"]
 
@@ -91,10 +92,8 @@ def _check(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, c
                          f"({cu_seqlens.numel() - 1}, {h}, {p}, {B.shape[3]}); got {tuple(initial_states.shape)}")
     _shape("seq_idx", seq_idx, (b, l))
     check_positive_int(chunk_size, "chunk_size")
-    if finite_checks_enabled():
-        check_finite(A, "A")
-        if seq_idx is not None and l > 1 and not bool((seq_idx[:, 1:] >= seq_idx[:, :-1]).all()):
-            raise ValueError("seq_idx must be non-decreasing along the sequence (packed sequences)")
+    if finite_checks_enabled() and seq_idx is not None and l > 1 and not checked_once(seq_idx, "non-decreasing", _rising):
+        raise ValueError("seq_idx must be non-decreasing along the sequence (packed sequences)")
     if cu_seqlens is not None:
         _check_cu_seqlens(cu_seqlens, b, l, seq_idx)
 
@@ -160,19 +159,60 @@ def _check_cu_seqlens(cu_seqlens, b, l, seq_idx) -> None:
                 raise ValueError("cu_seqlens and seq_idx disagree: seq_idx must change exactly at the cu_seqlens boundaries")
 
 
-def _backend(backend: str, x, log_a, B, C) -> str:
+def _rising(seq_idx: torch.Tensor) -> bool:
+    return bool((seq_idx[:, 1:] >= seq_idx[:, :-1]).all())
+
+
+def _a_verdict(A: torch.Tensor) -> tuple[bool, bool]:
+    """``(finite, <= 0)`` of ``A``, in one host read."""
+    return tuple(torch.stack([torch.isfinite(A).all(), (A <= 0).all()]).tolist())
+
+
+def _dt_nonnegative(dt_softplus: bool, dt_limit) -> bool:
+    """``dt >= 0`` after processing, by construction: softplus, or a clamp whose lower limit is ``>= 0``."""
+    return dt_softplus or (tuple(dt_limit) != (0.0, math.inf) and dt_limit[0] >= 0)
+
+
+def _decays_at_most_one(A, dt, dt_bias, log_a, dt_nonneg: bool) -> bool:
+    """Whether every decay ``exp(dt A)`` is at most 1; a ``ValueError`` for a non-finite ``A``.
+
+    Each read drains the CUDA queue, so reads are few and remembered per tensor version
+    (:func:`~structmat.core.validation.checked_once`: a loop passing the same tensors pays them once):
+    ``A`` alone where ``dt >= 0`` by construction (softplus, a clamp at ``>= 0``) or the raw ``dt`` is
+    ``>= 0``; else ``dt A`` itself.
+    """
+    finite, nonpositive = checked_once(A, "ssd decays", _a_verdict)
+    if not finite:
+        raise ValueError("A must be finite; found NaN or inf")
+    if nonpositive and (dt_nonneg or (dt_bias is None and checked_once(dt, "nonnegative", _nonnegative))):
+        return True
+    return bool(_decays_ok(log_a))
+
+
+def _nonnegative(t: torch.Tensor) -> bool:
+    return bool((t >= 0).all())
+
+
+def _decays_ok(log_a: torch.Tensor) -> torch.Tensor:
+    return (torch.isfinite(log_a) & (log_a <= 0)).all()
+
+
+def _backend(backend: str, x, A, dt, dt_bias, log_a, B, C, dt_nonneg: bool) -> tuple[str, bool]:
+    """The backend, and whether the decays were verified ``<= 1`` (the kernels then read nothing again)."""
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}; got {backend!r}")
-    if backend == "auto":
-        return "triton" if x.dtype != torch.float64 and triton_applies(x, log_a, B, C) else "torch"
     if backend == "triton":
         if not x.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
             raise ValueError("backend='triton' needs CUDA tensors; use backend='torch' (or 'auto') on the CPU")
         if x.dtype == torch.float64:
             raise ValueError("the Triton kernels compute in float32; use backend='torch' for float64 inputs")
-        if finite_checks_enabled() and not bool((log_a <= 0).all()):
-            raise ValueError("the Triton kernels need dt * A <= 0 (decays at most 1); use backend='torch'")
-    return backend
+    checks = finite_checks_enabled()
+    at_most_one = _decays_at_most_one(A, dt, dt_bias, log_a, dt_nonneg) if checks else True
+    if backend == "auto":
+        backend = "triton" if x.dtype != torch.float64 and triton_supports(x, B, C) and at_most_one else "torch"
+    elif backend == "triton" and not at_most_one:
+        raise ValueError("the Triton kernels need dt * A <= 0 (decays at most 1); use backend='torch'")
+    return backend, checks
 
 
 def _triton_chunk(chunk_size: int) -> int:
@@ -232,12 +272,13 @@ def ssd(x, dt, A, B, C, chunk_size: int = 256, D=None, z=None, dt_bias=None, ini
     """
     _check(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, dt_limit, return_varlen_states)
     x, B, C, dtp, log_a = _promoted(x, B, C, process_dt(dt, dt_bias, dt_softplus, dt_limit), A)
-    backend = _backend(backend, x, log_a, B, C)
+    backend, checked = _backend(backend, x, A, dt, dt_bias, log_a, B, C, _dt_nonnegative(dt_softplus, dt_limit))
     chunk = _triton_chunk(chunk_size) if backend == "triton" else chunk_size
     per_sequence, seq_idx = _sequences(initial_states, cu_seqlens, seq_idx, x)
     out, final, *states = chunked_decay(x, log_a, B, C, scale=dtp, D=D, z=None if per_sequence else z,
                                         initial_state=None if per_sequence else initial_states, seq_idx=seq_idx,
-                                        chunk_size=chunk, backend=backend, return_chunk_states=return_varlen_states)
+                                        chunk_size=chunk, backend=backend, return_chunk_states=return_varlen_states,
+                                        decays_checked=checked)
     out, final, carried = _with_initial_states(out, final, C, log_a, initial_states, cu_seqlens, z, x.dtype) \
         if per_sequence else (out, final, None)
     result = [out] + ([final] if return_final_states else [])
@@ -258,6 +299,21 @@ def _varlen_states(x, log_a, B, chunk_states, cu_seqlens, dtp, seq_idx, chunk: i
     return out
 
 
+def _step_backend(backend: str, state, x, B) -> str:
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}; got {backend!r}")
+    real = not any(t.is_complex() for t in (state, x, B)) and torch.float64 not in (state.dtype, x.dtype)
+    if backend == "triton":
+        if not state.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
+            raise ValueError("backend='triton' needs CUDA tensors; use backend='torch' (or 'auto') on the CPU")
+        if not real:
+            raise ValueError("the Triton step computes in float32 on real data; use backend='torch'")
+        return backend
+    if backend == "auto":
+        return "triton" if eager_triton(x) and real and eager_triton(state) else "torch"
+    return backend
+
+
 def _check_step(state, x, dt, A, B, C, D, z, dt_bias) -> None:
     """Types, devices and the layout (with or without the heads axis) that ``state`` sets for the others."""
     _check_types(dict(state=state, x=x, dt=dt, A=A, B=B, C=C), dict(D=D, z=z, dt_bias=dt_bias))
@@ -268,7 +324,7 @@ def _check_step(state, x, dt, A, B, C, D, z, dt_bias) -> None:
                          f"(batch, dim, dstate) with x (batch, dim); got state {tuple(state.shape)} and x {tuple(x.shape)}")
 
 
-def ssd_step(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus: bool = False):
+def ssd_step(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus: bool = False, *, backend: str = "auto"):
     """One decoding step with ``selective_state_update``'s arguments; ``state`` is updated in place.
 
     ``state (batch, nheads, headdim, dstate)``, ``x, dt, z (batch, nheads, headdim)``,
@@ -277,6 +333,10 @@ def ssd_step(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus: b
     (``state (batch, dim, dstate)``, ``x (batch, dim)``, ...) work too. Returns ``out`` like ``x``::
 
         state <- exp(dt A) state + dt x B^T,    out = (state C + D x) * silu(z)
+
+    ``backend`` (keyword only): ``auto`` runs one Triton kernel for CUDA tensors (not float64 or complex;
+    :mod:`structmat.kernels.ssd_step_triton`) and the torch form below elsewhere; ``torch`` or ``triton``
+    force one. ``O(batch nheads headdim dstate)``.
 
     Examples
     --------
@@ -303,6 +363,11 @@ def ssd_step(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus: b
     _shape("D", D_, (h, p))
     _shape("z", z_, (b, h, p))
     _shape("dt_bias", bias_, (h, p))
+    if _step_backend(backend, st, x_, B_) == "triton":
+        from structmat.kernels.ssd_step_triton import ssd_step_triton
+
+        out = ssd_step_triton(st, x_, dt_, A_, B_, C_, D_, z_, bias_, dt_softplus)
+        return out if heads else out.squeeze(1)
     work = torch.float64 if st.dtype == torch.float64 else torch.float32
     d = dt_.to(work) + (0 if bias_ is None else bias_.to(work))
     d = torch.where(d <= 20.0, F.softplus(d), d) if dt_softplus else d

@@ -14,13 +14,15 @@ import contextlib
 import math
 import numbers
 import threading
-from collections.abc import Iterator
+import weakref
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 import torch
 
-__all__ = ["SingularMatrixError", "as_tensor", "check_finite", "check_overflow", "overflow_checks_enabled", "skip_finite_checks",
+__all__ = ["SingularMatrixError", "as_tensor", "check_finite", "checked_once", "check_overflow", "overflow_checks_enabled",
+           "skip_finite_checks",
            "finite_checks_enabled", "trusted_parameters", "thread_flag", "broadcast_batch", "check_dtype", "check_device",
            "check_same_device", "check_count", "check_positive_int", "check_scalar", "check_tolerance",
            "check_nonnegative", "check_matrix", "check_tensor", "to_target"]
@@ -234,6 +236,45 @@ def check_finite(x: torch.Tensor, name: str, *, allow_neg_inf: bool = False) -> 
     if not bool(ok):
         allowed = " (-inf allowed)" if allow_neg_inf else ""
         raise ValueError(f"{name} must be finite{allowed}; found NaN or inf")
+
+
+# Entries of checked_once: a few per model layer (its A, one seq_idx shared by all layers); past this many,
+# entries whose tensor is gone are dropped, then all of them (a fresh start costs one sync per tensor).
+_CHECKED_MAX = 512
+_CHECKED: dict = {}
+
+
+def checked_once(t: torch.Tensor, what: str, check: Callable[[torch.Tensor], Any]) -> Any:
+    """``check(t)``, remembered per tensor object and version.
+
+    A check that reads data on the host (a sync that drains the CUDA queue) then runs once for a tensor
+    passed unchanged to many calls (the same ``A`` at every step of a loop, one ``seq_idx`` for every
+    layer of a model). An in-place change bumps the tensor's version and the check runs again; inference
+    tensors have no version and are checked every time.
+
+    Examples
+    --------
+    >>> t = torch.ones(3)
+    >>> checked_once(t, "positive", lambda u: bool((u > 0).all()))
+    True
+    >>> _ = t.sub_(2)  # in place: a new version, checked again
+    >>> checked_once(t, "positive", lambda u: bool((u > 0).all()))
+    False
+    """
+    if t.is_inference():
+        return check(t)
+    key = (id(t), what)
+    entry = _CHECKED.get(key)
+    if entry is not None and entry[0]() is t and entry[1] == t._version:
+        return entry[2]
+    result = check(t)
+    if len(_CHECKED) >= _CHECKED_MAX:
+        for k in [k for k, e in _CHECKED.items() if e[0]() is None]:
+            del _CHECKED[k]
+        if len(_CHECKED) >= _CHECKED_MAX:
+            _CHECKED.clear()
+    _CHECKED[key] = (weakref.ref(t), t._version, result)
+    return result
 
 
 def check_overflow(x: torch.Tensor, what: str) -> torch.Tensor:

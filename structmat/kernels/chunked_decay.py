@@ -14,15 +14,14 @@ as ``(v, log_a, k b, q c)``. The Triton kernels run on CUDA when the log decays 
 
 from __future__ import annotations
 
-import functools
-import importlib.util
-
 import torch
 
 from structmat.core.validation import finite_checks_enabled
+from structmat.kernels.availability import triton_installed
 from structmat.kernels.decay_torch import decay_chunked_torch
 
-__all__ = ["chunked_decay", "triton_applies", "states_after", "BACKENDS", "TORCH_CHUNK"]
+__all__ = ["chunked_decay", "triton_applies", "triton_supports", "decays_at_most_one", "states_after", "BACKENDS",
+           "TORCH_CHUNK"]
 
 BACKENDS = ("auto", "torch", "triton")
 
@@ -32,10 +31,10 @@ BACKENDS = ("auto", "torch", "triton")
 TORCH_CHUNK = {"cpu": 64, "cuda": 256}
 
 
-@functools.lru_cache(maxsize=1)
-def triton_installed() -> bool:
-    """Triton is an optional dependency (the ``gpu`` extra; CUDA builds of torch bring it)."""
-    return importlib.util.find_spec("triton") is not None
+def triton_supports(x: torch.Tensor, B: torch.Tensor, C: torch.Tensor) -> bool:
+    """CUDA tensors with real data and Triton installed: what the kernels need apart from the decays
+    (nothing is read from the data)."""
+    return x.is_cuda and not any(t.is_complex() for t in (x, B, C)) and triton_installed()
 
 
 def triton_applies(x: torch.Tensor, log_a: torch.Tensor, B: torch.Tensor, C: torch.Tensor) -> bool:
@@ -45,21 +44,22 @@ def triton_applies(x: torch.Tensor, log_a: torch.Tensor, B: torch.Tensor, C: tor
     are off (:func:`~structmat.skip_finite_checks`, ``torch.compile``) the caller vouches for them,
     as the layers of ``structmat.nn`` do (their decays are ``exp(-softplus(.) exp(.))`` by construction).
     """
-    if not x.is_cuda or any(t.is_complex() for t in (x, B, C)) or not triton_installed():
-        return False
-    return not finite_checks_enabled() or _decays_at_most_one(log_a)
+    return triton_supports(x, B, C) and (not finite_checks_enabled() or decays_at_most_one(log_a))
 
 
-def _decays_at_most_one(log_a: torch.Tensor) -> bool:
-    return bool(torch.isfinite(log_a).all() and (log_a <= 0).all())
+def decays_at_most_one(log_a: torch.Tensor) -> bool:
+    """Every log decay finite and ``<= 0`` (one host read)."""
+    return bool((torch.isfinite(log_a) & (log_a <= 0)).all())
 
 
 def chunked_decay(x, log_a, B, C, *, scale=None, D=None, z=None, initial_state=None, seq_idx=None,
-                  chunk_size: int | None = None, backend: str = "auto", return_chunk_states: bool = False):
+                  chunk_size: int | None = None, backend: str = "auto", return_chunk_states: bool = False,
+                  decays_checked: bool = False):
     """The decay recurrence of the module docstring, chunked; returns ``(out, final_state)`` and, with
     ``return_chunk_states``, the states entering every chunk ``(B, n_chunks, H, P, N)``.
 
-    ``backend="auto"`` takes the Triton kernels where :func:`triton_applies`, else torch.
+    ``backend="auto"`` takes the Triton kernels where :func:`triton_applies`, else torch;
+    ``decays_checked`` says the caller has verified ``log_a`` finite and ``<= 0`` (not read again).
 
     Examples
     --------
@@ -72,10 +72,11 @@ def chunked_decay(x, log_a, B, C, *, scale=None, D=None, z=None, initial_state=N
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}; got {backend!r}")
     if backend == "auto":
-        backend = "triton" if triton_applies(x, log_a, B, C) else "torch"
+        backend = "triton" if triton_supports(x, B, C) and (decays_checked or triton_applies(x, log_a, B, C)) else "torch"
     kw = dict(scale=scale, D=D, z=z, initial_state=initial_state, seq_idx=seq_idx, return_chunk_states=return_chunk_states)
     if backend == "triton":  # imported on first use: `import structmat` works without Triton
-        if finite_checks_enabled() and not _decays_at_most_one(log_a):  # the kernels assume it: wrong results otherwise
+        # the kernels assume it: wrong results otherwise
+        if finite_checks_enabled() and not decays_checked and not decays_at_most_one(log_a):
             raise ValueError("backend='triton' needs log_a finite and <= 0 (decays at most 1); use backend='torch'")
         from structmat.kernels.decay_triton import decay_chunked_triton
 

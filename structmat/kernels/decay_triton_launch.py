@@ -6,7 +6,6 @@ in custom ops with their autograd.
 from __future__ import annotations
 
 import torch
-import triton
 
 from structmat.kernels import decay_triton_bwd as _bwd
 from structmat.kernels import decay_triton_bwd_scan as _scan
@@ -61,7 +60,12 @@ class DecayTritonConfig:
 
 
 def _pow2(n: int, low: int = 16) -> int:
-    return max(low, triton.next_power_of_2(n))
+    # plain Python: triton's host helpers are JIT objects costing ~15 us per call in triton 3.9
+    return max(low, 1 << (n - 1).bit_length())
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
 
 
 def _precision(dtype: torch.dtype) -> str:
@@ -110,7 +114,7 @@ def forward(x, log_a, B, C, scale, D, z, init, seq_idx, chunk, bm, warps, save, 
     b, T, H, P = x.shape
     G, N = B.shape[2], B.shape[3]
     ps = _split(P, warps[5])  # warps carries the splits after the five warp counts
-    NC = triton.cdiv(T, chunk)
+    NC = _cdiv(T, chunk)
     dev = x.device
     out = _alloc((b, T, H, P), x.dtype, dev, debug)
     final = _alloc((b, H, P, N), torch.float32, dev, debug)
@@ -146,7 +150,7 @@ def _launch_chain(dy, dfinal, log_a, C, seq_idx, slo, has_init, chunk, bm, warp,
     chunk-local cumulative log decays ``cs (b, h, T)`` and ``a_c <G_c, h_c>`` per ``(b, c, h)``."""
     b, T, H, P = dy.shape
     G, N = C.shape[2], C.shape[3]
-    NC = triton.cdiv(T, chunk)
+    NC = _cdiv(T, chunk)
     dev = dy.device
     glo = _alloc((b, NC, H, P, N), C.dtype, dev, debug)
     dinit = _alloc((b, H, P, N), torch.float32, dev, debug) if has_init else log_a.new_empty(0)
@@ -181,7 +185,7 @@ def _launch_group_grad(kernel, target, x, dy, cs, s_ht, B, C, seq_idx, state, rp
     (``target`` is ``B``, ``state`` the state gradients ``glo``; column sums): one launch shape for both."""
     b, T, H, P = x.shape
     G, N = B.shape[2], B.shape[3]
-    NC = triton.cdiv(T, chunk)
+    NC = _cdiv(T, chunk)
     grad = _alloc(target.shape, target.dtype, x.device, debug)
     kernel[(NC * (chunk // bm), b * G)](
         x, dy, cs, s_ht if s_ht is not None else cs, B, C, seq_idx if seq_idx is not None else cs, state,
@@ -198,7 +202,7 @@ def _launch_dx(x, dy, cs, s_ht, B, C, D, seq_idx, glo, chunk, bm, warp, split=1,
     ``(b, nc, h, p)`` (or empty)."""
     b, T, H, P = x.shape
     G, N = B.shape[2], B.shape[3]
-    NC = triton.cdiv(T, chunk)
+    NC = _cdiv(T, chunk)
     dev = x.device
     ps = _split(P, split)
     dx = _alloc((b, T, H, P), x.dtype, dev, debug)
@@ -230,7 +234,7 @@ def _gate_backward(dout, z, ypre, debug=False):
     b, T, H, P = dout.shape
     dy = _alloc((b, T, H, P), ypre.dtype, dout.device, debug)
     dz = _alloc((b, T, H, P), z.dtype, dout.device, debug)
-    _scan.decay_gate_bwd_kernel[(triton.cdiv(T * H, GATE_ROWS), b)](
+    _scan.decay_gate_bwd_kernel[(_cdiv(T * H, GATE_ROWS), b)](
         dout, z, ypre, dy, dz, T, H, P, *dout.stride(), *z.stride(), ROWS=GATE_ROWS, BP=_pow2(P), num_warps=4,
     )
     return dy, dz

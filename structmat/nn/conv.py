@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
-__all__ = ["causal_conv1d", "conv_step", "last_inputs"]
+from structmat.kernels.availability import eager_triton
+
+__all__ = ["causal_conv1d", "causal_conv_silu", "conv_step", "conv_step_silu", "last_inputs"]
 
 
 def causal_conv1d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
@@ -36,6 +39,33 @@ def causal_conv1d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
             tap = tap * same[..., None]
         y = y + tap
     return y
+
+
+def causal_conv_silu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                     seq_idx: torch.Tensor | None = None) -> torch.Tensor:
+    """``silu(causal_conv1d(x, weight, bias, seq_idx))``: on CUDA (eager) one Triton kernel each way
+    (:mod:`structmat.kernels.causal_conv_triton`, nothing kept for the backward but ``x``), else the torch form.
+
+    Examples
+    --------
+    >>> causal_conv_silu(torch.zeros(1, 2, 1), torch.ones(1, 2))[0, :, 0]
+    tensor([0., 0.])
+    """
+    if eager_triton(x) and weight.dtype == x.dtype:
+        from structmat.kernels.causal_conv_triton import causal_conv_silu_triton
+
+        return causal_conv_silu_triton(x, weight, bias, seq_idx)
+    return F.silu(causal_conv1d(x, weight, bias, seq_idx))
+
+
+def conv_step_silu(x_t: torch.Tensor, state: torch.Tensor, weight: torch.Tensor,
+                   bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``silu(conv_step(...))`` in ``x_t``'s dtype; one Triton kernel on CUDA (eager), else the torch form."""
+    if eager_triton(x_t) and state.dtype in (x_t.dtype, torch.float32):
+        from structmat.kernels.causal_conv_triton import causal_conv_step_triton
+
+        return causal_conv_step_triton(x_t, state, weight, bias)
+    return F.silu(conv_step(x_t, state, weight, bias)).to(x_t.dtype)
 
 
 def last_inputs(x: torch.Tensor, width: int, ends=None) -> torch.Tensor:

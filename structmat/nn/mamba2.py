@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from structmat.core.validation import skip_finite_checks
-from structmat.nn.conv import causal_conv1d, conv_step, last_inputs
+from structmat.nn.conv import causal_conv_silu, conv_step_silu, last_inputs
 from structmat.nn.norm import GatedRMSNorm
 from structmat.ssd import ssd, ssd_step
 
@@ -142,7 +142,7 @@ class Mamba2(nn.Module):
         if conv_state is not None:
             ends = None if cu_seqlens is None else list(zip(cu_seqlens[:-1].tolist(), cu_seqlens[1:].tolist()))
             conv_state.copy_(last_inputs(xBC, self.d_conv, ends))
-        xBC = self.act(causal_conv1d(xBC, self.conv1d.weight[:, 0], self.conv1d.bias, seq_idx))
+        xBC = causal_conv_silu(xBC, self.conv1d.weight[:, 0], self.conv1d.bias, seq_idx)
         x, B, C = self._ssm_split(xBC)
         heads, groups = (self.nheads, self.headdim), (self.ngroups, self.d_state)
         with skip_finite_checks():  # decays exp(-softplus(.) exp(.)) <= 1 by construction: no host sync
@@ -163,7 +163,7 @@ class Mamba2(nn.Module):
         if u.dim() != 3 or u.shape[1] != 1 or u.shape[-1] != self.d_model:
             raise ValueError(f"step decodes one token: u must have shape (batch, 1, {self.d_model}); got {tuple(u.shape)}")
         z0, x0, z, xBC, dt = self._split(self.in_proj(u[:, 0]))
-        xBC = self.act(conv_step(xBC, conv_state, self.conv1d.weight[:, 0], self.conv1d.bias)).to(u.dtype)
+        xBC = conv_step_silu(xBC, conv_state, self.conv1d.weight[:, 0], self.conv1d.bias).to(u.dtype)
         x, B, C = self._ssm_split(xBC)
         h, p, n = self.nheads, self.headdim, self.d_state
         per_channel = lambda v: v[:, None].expand(h, p)  # noqa: E731  (selective_state_update's broadcast views)

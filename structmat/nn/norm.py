@@ -6,12 +6,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from structmat.kernels.availability import eager_triton
+
 __all__ = ["GatedRMSNorm"]
 
 
 class GatedRMSNorm(nn.Module):
     """``RMSNorm(x * silu(z))`` over groups of ``group_size`` channels (``norm_before_gate=False``, Mamba-2's
     default), or ``RMSNorm(x) * silu(z)``; computed in float32 (float64 stays float64), returned in ``x``'s dtype.
+    On CUDA (eager) one Triton kernel each way (:mod:`structmat.kernels.gated_norm_triton`), which keeps
+    only ``x``, ``z`` and one float32 per row and group for the backward; elsewhere, and while
+    ``torch.compile`` traces, the torch form below.
 
     Parameters
     ----------
@@ -45,6 +50,10 @@ class GatedRMSNorm(nn.Module):
             raise ValueError(f"group_size={self.group_size} must divide hidden_size={hidden_size}")
 
     def forward(self, x: torch.Tensor, z: torch.Tensor | None = None) -> torch.Tensor:
+        if eager_triton(x) and (z is None or z.dtype == x.dtype):
+            from structmat.kernels.gated_norm_triton import gated_rms_norm_triton
+
+            return gated_rms_norm_triton(x, z, self.weight, self.eps, self.group_size, self.norm_before_gate)
         work = torch.float64 if x.dtype == torch.float64 else torch.float32
         h = x.to(work)
         if z is not None and not self.norm_before_gate:
