@@ -113,7 +113,8 @@ def correctness(peers, batch=2, T=2048, H=8, P=64, N=128) -> dict:
         out = out[0] if isinstance(out, tuple) else out
         errs[name] = rel_err(out, ref)
     xg, dtg, Ag, Bg, Cg = make_inputs(batch, T, H, P, N, seed=8, grad=True)
-    gy = torch.randn_like(xg)
+    # seeded: dA sums dt * d log_a over (batch, T) with much cancellation, so its error moves with gy
+    gy = torch.randn(xg.shape, device="cuda", generator=torch.Generator(device="cuda").manual_seed(9)).to(xg.dtype)
     sm.ssd(xg, dtg, Ag, Bg, Cg, chunk_size=256).backward(gy)
     ours = [t.grad.clone() for t in (xg, dtg, Ag, Bg, Cg)]
     refs = [t.detach().double().requires_grad_() for t in (xg, dtg, Ag, Bg, Cg)]
