@@ -52,7 +52,7 @@ class Grid:
 
 
 FULL = Grid((16, 64, 256, 1024, 4096), 1024, (10_000, 100_000, 1_000_000), (100_000, 1_000_000), 4096, 10_000, 7, 0.02)
-QUICK = Grid((16, 256, 1024), 256, (10_000, 100_000), (100_000,), 4096, 10_000, 3, 0.005)
+QUICK = Grid((16, 256, 1024), 256, (10_000, 100_000), (100_000,), 4096, 10_000, 5, 0.005)
 TINY = Grid((16, 48), 48, (200, 400), (300,), 64, 300, 1, 0.0)  # for the test: checks results, times nothing seriously
 GRID = FULL
 
@@ -72,11 +72,11 @@ def compare(case: str, T: int, ours: Callable[[], object], dense: Callable[[], o
     rounds = GRID.rounds if rounds is None else rounds
     counts = []
     for fn in (ours, dense):
-        first = _per_call(fn, 1)  # warm-up, and the call count of a round
-        counts.append(max(1, min(10_000, int(GRID.round_s / max(first, 1e-7)))))
+        fn()  # warm-up (kept forms are built here)
+        once = _per_call(fn, 3)  # the call count of a round
+        counts.append(max(3, min(10_000, int(GRID.round_s / max(once, 1e-7)))))
     best = [math.inf, math.inf]
-    gc.collect()
-    gc.disable()
+    gc.disable()  # (no gc.collect() per row: a full collection costs more than a quick run's rows)
     try:
         for _ in range(rounds):
             for i, fn in enumerate((ours, dense)):
