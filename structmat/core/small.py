@@ -32,8 +32,9 @@ DENSE_MAX_ENTRIES = 256 * 256
 
 #: Most multiply-adds ``T * S * K`` of a product (or solve) taken through the dense form: with many columns
 #: the structured product's fixed cost is shared by all of them and it wins. Measured at T = 256 (one
-#: thread): with 64 columns the dense product takes 600 us, the banded SSS(4) product about 250 us.
-DENSE_MAX_WORK = 256 * 256 * 16
+#: thread, 64 columns): the dense product 0.6 ms, the structured ones 0.4-1 ms (FFTs), 1-2 ms (1-SS, SSS(4)
+#: banded), 3-5 ms (quasiseparable); the dense triangular solve 0.4 ms, the structured ones 0.15 (1-SS) to 1.8 ms.
+DENSE_MAX_WORK = 256 * 256 * 64
 
 
 @dataclass(eq=False)

@@ -39,21 +39,24 @@ MAX_ORDER = 8
 MAX_ROWS = 64
 
 
-#: Largest band (entries, batch included) a matrix keeps for its next products: 16 MiB. Building it costs
-#: about as much as the solve at T = 1024 (numpy, ``O(T N^2)``); longer sequences build it per call.
+#: Largest band (entries, batch included) taken: 16 MiB, kept with the matrix for its next products (building
+#: it costs about as much as the solve at T = 1024). Longer sequences take the blocked torch scan and solve,
+#: whose Python steps are amortised there: a fresh band of 36 MiB (T = 1e5, N = 4, dense A) cost more in page
+#: faults and fancy indexing than the whole blocked scan (measured 150 ms against 40 ms, one thread).
 KEEP_MAX_ENTRIES = 2**21
 
 
 def applies(G: Generators, X: torch.Tensor) -> bool:
     """Whether the banded path runs ``G`` with ``X (*, T, K)``: real CPU data, ``N <= MAX_ORDER``, at most
-    :data:`MAX_ROWS` systems, no gradient wanted, not while ``torch.compile`` traces."""
+    :data:`MAX_ROWS` systems and :data:`KEEP_MAX_ENTRIES` band entries, no gradient wanted, not while
+    ``torch.compile`` traces."""
     if X.device.type != "cpu" or G.order > MAX_ORDER or G.length == 0 or X.shape[-1] == 0:
         return False
     if X.dtype not in _REAL or G.B.dtype not in _REAL or G.A.values.dtype not in _REAL or torch.compiler.is_compiling():
         return False  # (B, C and D share the matrix's dtype)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (G.A.values, G.B, G.C, G.D, X)):
         return False
-    return 0 < broadcast_shapes(G.batch_shape, X.shape[:-2]).numel() <= MAX_ROWS
+    return 0 < broadcast_shapes(G.batch_shape, X.shape[:-2]).numel() <= MAX_ROWS and band_entries(G) <= KEEP_MAX_ENTRIES
 
 
 _REAL = (torch.float32, torch.float64)

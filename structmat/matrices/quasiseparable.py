@@ -198,7 +198,7 @@ class Quasiseparable(StructuredMatrix):
     def _matmat(self, X: torch.Tensor) -> torch.Tensor:
         if (halves := self._exact_halves()) is not None:
             return halves[0].matmul(X) + halves[1].matmul(X) - self.diag[..., None] * X
-        return self.lower_part.matmul(X) + self.upper_part.matmul(X) + self.diag[..., None] * X
+        return self.lower_part._matmat(X) + self.upper_part._matmat(X) + self.diag[..., None] * X
 
     def _map(self, fn) -> Quasiseparable:
         return Quasiseparable(self.lower_part._map(fn), self.upper_part._map(fn), fn(self.diag))

@@ -153,11 +153,8 @@ class SSS(StructuredMatrix):
         return torch.flip(G.matmat(torch.flip(X, (-2,)))[0], (-2,))
 
     def _band(self, solve: bool):
-        """:func:`structmat.linalg.banded.band` of the generators, kept with the matrix where it is small."""
-        G = self.generators
-        if banded.band_entries(G) > banded.KEEP_MAX_ENTRIES:
-            return banded.band(G, solve)
-        return small.keep(self, ("band", solve), lambda: banded.band(G, solve))
+        """:func:`structmat.linalg.banded.band` of the generators, kept with the matrix."""
+        return small.keep(self, ("band", solve), lambda: banded.band(self.generators, solve))
 
     def to_dense(self) -> torch.Tensor:
         """Entry by entry from the definition: ``O(T^2 N^2)``."""
