@@ -74,9 +74,9 @@ def _applies(M, X: torch.Tensor) -> bool:
     return M.device.type == "cpu" and not torch.compiler.is_compiling()
 
 
-def _version(p: torch.Tensor) -> int:
-    """The in-place version counter (inference tensors have none: -1)."""
-    return -1 if p.is_inference() else p._version
+def _version(p: torch.Tensor) -> int | None:
+    """The in-place version counter (inference tensors have none: None)."""
+    return None if p.is_inference() else p._version
 
 
 def _record(M) -> _Kept | None:
@@ -86,7 +86,7 @@ def _record(M) -> _Kept | None:
     grad = torch.is_grad_enabled()
     if kept is not None:
         for p, version in kept.params:
-            if _version(p) != version:
+            if version is not None and p._version != version:
                 kept = None
                 break
             if grad and p.requires_grad:
@@ -113,7 +113,7 @@ def keep(M, key, build: Callable[[], object]) -> object:
 
 def _dense(M) -> torch.Tensor:
     with torch.no_grad():
-        dense = M.to_dense().expand(M.shape)
+        dense = M.to_dense().expand(M.shape).contiguous()
     if torch.is_inference_mode_enabled():  # an inference tensor could not be saved for a later backward
         with torch.inference_mode(False):
             dense = dense.clone()

@@ -162,8 +162,8 @@ class Toeplitz(StructuredMatrix):
         take the causal path in reversed time, ``U = J L J`` with ``L`` causal with first column ``r``)."""
         def build():
             with trusted_parameters():  # checked when this one was made
-                if self.is_anticausal:
-                    return Toeplitz(self.c, causal=True)
+                if self.is_anticausal:  # its first row is the causal matrix's first column
+                    return Toeplitz(self.r, causal=True)
                 out = Toeplitz(self.r, self.c)
                 out.is_anticausal = self.is_causal
                 return out

@@ -46,6 +46,8 @@ def test_transposed_causal_toeplitz_solves_in_reversed_time(T):
     L = sm.Toeplitz.causal(c)
     U = L.T
     assert U.is_anticausal and U.T.is_causal
+    close(U.T.to_dense(), L.to_dense())
+    close(randn(3, T, seed=5) @ U, randn(3, T, seed=5) @ L.to_dense().mT)  # through U.T
     y = randn(T, 2, seed=2)
     close(U.solve(y), torch.linalg.solve(L.to_dense().mT, y), rtol=1e-9)
     close(U.solve(y[:, 0]), torch.linalg.solve(L.to_dense().mT, y[:, 0]), rtol=1e-9)
