@@ -46,17 +46,19 @@ MAX_ROWS = 64
 KEEP_MAX_ENTRIES = 2**21
 
 
-def applies(G: Generators, X: torch.Tensor) -> bool:
+def applies(G: Generators, X: torch.Tensor, solve: bool = False) -> bool:
     """Whether the banded path runs ``G`` with ``X (*, T, K)``: real CPU data, ``N <= MAX_ORDER``, at most
-    :data:`MAX_ROWS` systems and :data:`KEEP_MAX_ENTRIES` band entries, no gradient wanted, not while
-    ``torch.compile`` traces."""
+    :data:`MAX_ROWS` systems and (products only: a solve takes the band at any length, the blocked solve costs
+    ~10x more per step) :data:`KEEP_MAX_ENTRIES` band entries, no gradient wanted, not while ``torch.compile``
+    traces."""
     if X.device.type != "cpu" or G.order > MAX_ORDER or G.length == 0 or X.shape[-1] == 0:
         return False
     if X.dtype not in _REAL or G.B.dtype not in _REAL or G.A.values.dtype not in _REAL or torch.compiler.is_compiling():
         return False  # (B, C and D share the matrix's dtype)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (G.A.values, G.B, G.C, G.D, X)):
         return False
-    return 0 < broadcast_shapes(G.batch_shape, X.shape[:-2]).numel() <= MAX_ROWS and band_entries(G) <= KEEP_MAX_ENTRIES
+    rows = broadcast_shapes(G.batch_shape, X.shape[:-2]).numel()
+    return 0 < rows <= MAX_ROWS and (solve or band_entries(G) <= KEEP_MAX_ENTRIES)
 
 
 _REAL = (torch.float32, torch.float64)

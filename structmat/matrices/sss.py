@@ -153,7 +153,9 @@ class SSS(StructuredMatrix):
         return torch.flip(G.matmat(torch.flip(X, (-2,)))[0], (-2,))
 
     def _band(self, solve: bool):
-        """:func:`structmat.linalg.banded.band` of the generators, kept with the matrix."""
+        """:func:`structmat.linalg.banded.band` of the generators, kept with the matrix where it is small."""
+        if banded.band_entries(self.generators) > banded.KEEP_MAX_ENTRIES:
+            return banded.band(self.generators, solve)
         return small.keep(self, ("band", solve), lambda: banded.band(self.generators, solve))
 
     def to_dense(self) -> torch.Tensor:
@@ -169,7 +171,7 @@ class SSS(StructuredMatrix):
         if X is not None:
             return X
         M, Y, vector = self._operand(Y, "Y")
-        if banded.applies(M.generators, Y):
+        if banded.applies(M.generators, Y, solve=True):
             X = banded.sss_solve(M.generators, Y, not M.lower, M._band(solve=True))
             return X[..., 0] if vector else X
         G, reversed_ = M.time_lower()
