@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from structmat.core import dispatch
+from structmat.core import dispatch, small
 from structmat.core.dtypes import real_dtype
 from structmat.core.validation import (
     as_tensor,
@@ -50,6 +50,9 @@ class StructuredMatrix(abc.ABC):
     __structured_matrix__ = True
     __array_ufunc__ = None  # numpy defers ``ndarray * M`` and ``ndarray @ M`` to M instead of densifying it
     order: Any = None
+    #: Products and solves of a small instance run through its kept dense form (:mod:`structmat.core.small`):
+    #: set by the classes whose products cost scans or FFTs.
+    small_dense: bool = False
 
     def __init__(self, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | str):
         self._shape = torch.Size(shape)
@@ -122,8 +125,9 @@ class StructuredMatrix(abc.ABC):
 
     def _product(self, X: Any, name: str) -> torch.Tensor:
         """:meth:`matmul` with errors that call the operand ``name`` (``Y`` when an inverse solves)."""
-        M, X, vector = self._operand(X, name)
-        Y = M._matmat(X)
+        X, vector = self._prepare(X, name)
+        dense = small.dense_form(self, X)
+        Y = dense @ X if dense is not None else self._cast(X.dtype)._matmat(X)
         return Y[..., 0] if vector else Y
 
     def matmat_fn(self) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -136,6 +140,18 @@ class StructuredMatrix(abc.ABC):
 
     def _operand(self, X: Any, name: str = "X") -> tuple[StructuredMatrix, torch.Tensor, bool]:
         """``X`` checked: the matrix in the common dtype, ``X`` as ``(*batch, S, K)``, and whether it was a vector."""
+        X, vector = self._prepare(X, name)
+        return self._cast(X.dtype), X, vector
+
+    def _cast(self, dtype: torch.dtype) -> StructuredMatrix:
+        """The matrix in ``dtype`` (kept for the next products: a float32 mask applied to float64 data)."""
+        return self if dtype == self.dtype else small.keep(self, ("to", dtype), lambda: self.to(dtype))
+
+    def _prepare(self, X: Any, name: str) -> tuple[torch.Tensor, bool]:
+        """``X`` checked and brought to ``(*batch, S, K)`` in the common dtype, and whether it was a vector."""
+        if (type(X) is torch.Tensor and X.dtype == self._dtype and len(self._shape) == 2 and 1 <= X.dim() <= 2
+                and X.shape[0] == self._shape[1] and X.device == self._device):  # the common case, in a few us
+            return (X[:, None], True) if X.dim() == 1 else (X, False)
         X = as_tensor(X, name, device=self.device) if not isinstance(X, torch.Tensor) else X
         if X.device != self.device:
             raise ValueError(f"{name} is on {X.device} but the matrix is on {self.device}")
@@ -152,11 +168,13 @@ class StructuredMatrix(abc.ABC):
         dtype = torch.promote_types(self.dtype, X.dtype)
         if not (dtype.is_floating_point or dtype.is_complex):
             dtype = torch.get_default_dtype()
-        M = self if dtype == self.dtype else self.to(dtype)
+        X = X if X.dtype == dtype else X.to(dtype)
         batch = broadcast_batch(("matrix", self.batch_shape), (name, X.shape[:-2]))
-        return M, X.to(dtype).expand(*batch, *X.shape[-2:]), vector
+        return (X if batch == X.shape[:-2] else X.expand(*batch, *X.shape[-2:])), vector
 
     def __matmul__(self, other: Any):
+        if type(other) is torch.Tensor:
+            return self._product(other, "X")
         if isinstance(other, StructuredMatrix):
             return _binary("matmul", self, other)
         return self.matmul(other)
@@ -213,7 +231,20 @@ class StructuredMatrix(abc.ABC):
     def solve(self, Y: Any) -> torch.Tensor:
         """Solve ``M X = Y`` for ``Y`` of shape ``(*, T, K)`` or ``(T,)``, through :meth:`inv`."""
         self._check_square("solve()")
-        return self.inv()._product(Y, "Y")
+        return self._inverse()._product(Y, "Y")
+
+    def _inverse(self) -> StructuredMatrix:
+        """:meth:`inv`, kept with the matrix for its next solves (:func:`structmat.core.small.keep`)."""
+        return small.keep(self, "inv", self.inv)
+
+    def _small_solve(self, Y: Any, triangle: str | None, singular: str) -> torch.Tensor | None:
+        """``M^{-1} Y`` through the kept dense form of a small matrix (:func:`structmat.core.small.dense_solve`:
+        ``triangle`` ``"lower"``, ``"upper"`` or None for an LU), or None where that form does not apply."""
+        if not type(self).small_dense:
+            return None
+        Y, vector = self._prepare(Y, "Y")
+        X = small.dense_solve(self, Y, triangle, singular)
+        return X if X is None or not vector else X[..., 0]
 
     @property
     def T(self) -> StructuredMatrix:

@@ -16,7 +16,7 @@ import torch
 
 from structmat.core.base import StructuredMatrix
 from structmat.core.dispatch import FALLBACK, register
-from structmat.core.validation import broadcast_batch, check_matrix
+from structmat.core.validation import broadcast_batch, broadcast_shapes, check_matrix
 
 __all__ = ["Sum", "Product", "Inverse", "Transpose"]
 
@@ -203,7 +203,7 @@ class Transpose(StructuredMatrix):
 
 def transpose_matmat(M: StructuredMatrix, X: torch.Tensor) -> torch.Tensor:
     """``M^T X`` as the vector-jacobian product of ``Z -> M Z``; works under ``torch.inference_mode`` too."""
-    batch = torch.broadcast_shapes(M.batch_shape, X.shape[:-2])
+    batch = broadcast_shapes(M.batch_shape, X.shape[:-2])
     if torch.is_inference_mode_enabled():  # autograd refuses inference tensors: copy them out of that mode
         with torch.inference_mode(False):
             out = transpose_matmat(M._map(torch.clone), X.clone())

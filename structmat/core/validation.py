@@ -25,7 +25,7 @@ __all__ = ["SingularMatrixError", "as_tensor", "check_finite", "checked_once", "
            "skip_finite_checks",
            "finite_checks_enabled", "trusted_parameters", "thread_flag", "broadcast_batch", "check_dtype", "check_device",
            "check_same_device", "check_count", "check_positive_int", "check_scalar", "check_tolerance",
-           "check_nonnegative", "check_matrix", "check_tensor", "to_target"]
+           "check_nonnegative", "broadcast_shapes", "check_matrix", "check_tensor", "to_target"]
 
 
 class SingularMatrixError(ValueError):
@@ -285,10 +285,19 @@ def check_overflow(x: torch.Tensor, what: str) -> torch.Tensor:
     return x
 
 
+def broadcast_shapes(*shapes) -> torch.Size:
+    """``torch.broadcast_shapes``, with the common cases (equal or empty shapes) first: torch's helper costs
+    more than a small matrix product."""
+    longest = max(shapes, key=len, default=())
+    if all(shape == longest or not shape for shape in shapes):
+        return torch.Size(longest)
+    return torch.broadcast_shapes(*shapes)
+
+
 def broadcast_batch(*named: tuple[str, torch.Size | tuple[int, ...]]) -> torch.Size:
     """``torch.broadcast_shapes`` of named batch shapes, with an error that names them."""
     try:
-        return torch.broadcast_shapes(*(shape for _, shape in named))
+        return broadcast_shapes(*(tuple(shape) for _, shape in named))
     except RuntimeError as err:
         listing = ", ".join(f"{name} {tuple(shape)}" for name, shape in named)
         raise ValueError(f"batch shapes do not broadcast: {listing}") from err

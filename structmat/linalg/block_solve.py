@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from structmat.core.transitions import Transitions
-from structmat.core.validation import SingularMatrixError
+from structmat.core.validation import SingularMatrixError, broadcast_shapes
 from structmat.linalg.semiseparable import Generators
 
 __all__ = ["ChunkMaps", "chunk_maps", "block_solve", "SOLVE_CHUNK"]
@@ -78,7 +78,7 @@ def block_solve(G: Generators, Y: torch.Tensor, chunk: int = SOLVE_CHUNK) -> tor
         return Y.clone()
     if bool((G.diagonal() == 0).any()):
         raise SingularMatrixError("SSS is singular: a diagonal entry is zero")
-    batch = torch.broadcast_shapes(G.batch_shape, Y.shape[:-2])
+    batch = broadcast_shapes(G.batch_shape, Y.shape[:-2])
     maps = chunk_maps(G.expand(batch), chunk)
     n = maps.blocks.shape[-3]
     Yc = _chunked(Y.expand(*batch, T, K), 2, n, maps.L, 0.0)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from structmat.core.validation import broadcast_shapes
 from structmat.linalg import iir
 from structmat.linalg.scan import decay_scan
 
@@ -34,28 +35,30 @@ def _run(log_a, X, compiled, a_const, transpose):
 
 class _FirstOrderScan(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, log_a, a, X, compiled, a_const):
-        h = _run(log_a, X, compiled, a_const, transpose=False)
+    def forward(ctx, log_a, a, X, compiled, a_const, transpose):
+        h = _run(log_a, X, compiled, a_const, transpose)
         ctx.save_for_backward(log_a, h)
-        ctx.a_shape, ctx.compiled, ctx.a_const = a.shape, compiled, a_const
+        ctx.a_shape, ctx.compiled, ctx.a_const, ctx.transpose = a.shape, compiled, a_const, transpose
         return h
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad):
         log_a, h = ctx.saved_tensors
-        lam = _run(log_a, grad, ctx.compiled, ctx.a_const, transpose=True)
+        lam = _run(log_a, grad, ctx.compiled, ctx.a_const, not ctx.transpose)
         grad_a = None
-        if ctx.needs_input_grad[1]:
-            ga = (lam[..., 1:, :] * h[..., :-1, :].conj()).sum(-1)
+        if ctx.needs_input_grad[1]:  # dL/da_t = <l_t, h_{t-1}>, or <h_t, l_{t-1}> for the transposed recurrence
+            ga = (lam[..., 1:, :] * h[..., :-1, :].conj() if not ctx.transpose else h[..., 1:, :] * lam[..., :-1, :].conj()).sum(-1)
             ga = ga.real if ga.is_complex() else ga  # real decays
             grad_a = torch.cat([torch.zeros_like(ga[..., :1]), ga], dim=-1).sum_to_size(ctx.a_shape)
-        return None, grad_a, lam, None, None
+        return None, grad_a, lam, None, None, None
 
 
-def first_order_scan(log_a: torch.Tensor, X: torch.Tensor, decays: torch.Tensor | None = None) -> torch.Tensor:
+def first_order_scan(log_a: torch.Tensor, X: torch.Tensor, decays: torch.Tensor | None = None,
+                     transpose: bool = False) -> torch.Tensor:
     """``h_t = exp(log_a_t) h_{t-1} + X_t`` for ``X (*, T, K)`` and ``log_a (*, T)`` (batch broadcast;
-    ``log_a[..., 0]`` unused). ``O(T K)`` per batch row.
+    ``log_a[..., 0]`` unused). ``O(T K)`` per batch row. ``transpose``: the transposed system, the recurrence
+    ``h_t = X_t + exp(log_a_{t+1}) h_{t+1}`` run backwards in time (same solvers, no reversal of the data).
 
     Gradients reach ``X`` and, exactly, ``decays`` (the same decays as ``exp(log_a)``, where the caller
     has them) or else ``log_a`` (``a_t dL/da_t``).
@@ -69,7 +72,7 @@ def first_order_scan(log_a: torch.Tensor, X: torch.Tensor, decays: torch.Tensor 
     >>> h.sum().backward(); a.grad  # d/da_2 at a_2 = 0 is h_1 (1 + a_3) = 2.25
     tensor([0.0000, 1.0000, 2.2500, 1.0000])
     """
-    batch = torch.broadcast_shapes(log_a.shape[:-1], X.shape[:-2])
+    batch = broadcast_shapes(log_a.shape[:-1], X.shape[:-2])
     X = X.expand(*batch, *X.shape[-2:])
     compiled, a_const = iir.compiled_path(log_a, X) if not X.is_complex() else (False, None)
     if decays is not None:
@@ -78,4 +81,4 @@ def first_order_scan(log_a: torch.Tensor, X: torch.Tensor, decays: torch.Tensor 
         a = torch.exp(log_a)  # the decays' gradient reaches log_a through it
     else:
         a = log_a  # no gradient wanted: only its shape is read (exp of a T-long expanded decay costs a pass)
-    return _FirstOrderScan.apply(log_a.detach(), a, X, compiled, a_const)
+    return _FirstOrderScan.apply(log_a.detach(), a, X, compiled, a_const, transpose)

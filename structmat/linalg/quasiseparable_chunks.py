@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from structmat.core.transitions import Transitions
+from structmat.core.validation import broadcast_shapes
 from structmat.linalg.semiseparable import Generators
 
 __all__ = ["ChunkSide", "chunk", "chunk_sides", "strictly_lower", "SEGMENT_BUDGET"]
@@ -137,7 +138,7 @@ def chunk_sides(lower: Generators, upper: Generators, L: int, m: int) -> list[Ch
     """The :class:`ChunkSide` of the strictly-lower matrices with generators ``lower`` and ``upper``, ``m`` chunks
     of ``L``, at their broadcast batch shape. Scalar and diagonal transitions of both share one pass (in groups
     of chunks within :data:`SEGMENT_BUDGET`); dense ones take :func:`_dense_side`."""
-    batch = torch.broadcast_shapes(lower.batch_shape, upper.batch_shape)
+    batch = broadcast_shapes(lower.batch_shape, upper.batch_shape)
     lower, upper = _expanded(lower, batch), _expanded(upper, batch)
     Bs = [chunk(G.B, 2, m, L) for G in (lower, upper)]
     Cs = [chunk(G.C, 2, m, L) for G in (lower, upper)]

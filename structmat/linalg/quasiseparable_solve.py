@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import torch
 
-from structmat.core.validation import SingularMatrixError
+from structmat.core.validation import SingularMatrixError, broadcast_shapes
 from structmat.linalg.quasiseparable_chunks import ChunkSide, chunk, chunk_sides, strictly_lower
 from structmat.linalg.semiseparable import Generators
 
@@ -181,8 +181,8 @@ def quasiseparable_solve(lower: Generators, upper: Generators, d: torch.Tensor, 
     True
     """
     T, K = Y.shape[-2:]
-    mbatch = torch.broadcast_shapes(lower.batch_shape, upper.batch_shape, d.shape[:-1])
-    batch = torch.broadcast_shapes(mbatch, Y.shape[:-2])
+    mbatch = broadcast_shapes(lower.batch_shape, upper.batch_shape, d.shape[:-1])
+    batch = broadcast_shapes(mbatch, Y.shape[:-2])
     if T == 0 or K == 0:
         return Y.expand(*batch, T, K).clone()
     method, block = _chunking(T, lower.order + upper.order, method, block)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from structmat.core.transitions import Transitions
+from structmat.core.validation import broadcast_shapes
 from structmat.linalg.scan import linear_scan
 
 __all__ = ["Generators"]
@@ -43,7 +44,7 @@ class Generators:
     @property
     def batch_shape(self) -> torch.Size:
         shapes = [self.A.batch_shape, self.B.shape[:-2], self.C.shape[:-2]]
-        return torch.broadcast_shapes(*shapes, *([] if self.D is None else [self.D.shape[:-1]]))
+        return broadcast_shapes(*shapes, *([] if self.D is None else [self.D.shape[:-1]]))
 
     def diagonal(self) -> torch.Tensor:
         """The effective diagonal ``(*, T)``: ``D`` or ``C_i^T B_i``."""
@@ -79,7 +80,7 @@ class Generators:
         ``G.narrow(t, T - t).matmat(X[t:], h)``.
         """
         if self.length == 0:
-            batch = torch.broadcast_shapes(self.batch_shape, X.shape[:-2])
+            batch = broadcast_shapes(self.batch_shape, X.shape[:-2])
             state = X.new_zeros(*batch, self.order, X.shape[-1]) if h0 is None else h0
             return X.new_zeros(*batch, 0, X.shape[-1]), state
         A = self.A.with_identity_first() if h0 is None else self.A

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from structmat.core.validation import broadcast_shapes
+
 __all__ = ["fft_length", "compute_dtype", "circular_apply", "linear_convolution", "circulant_spectrum", "toeplitz_matmat"]
 
 _HALF = {torch.float16: torch.float32, torch.bfloat16: torch.float32, torch.complex32: torch.complex64}
@@ -37,14 +39,14 @@ def circular_apply(Xt: torch.Tensor, spectrum: torch.Tensor, n: int, complex_: b
     for real transforms, broadcast over ``K``. Returns ``(*, K, n)`` in the :func:`compute_dtype`. The transform of ``Xt`` is
     multiplied in place when the shapes allow (it has no other use), saving a pass and an allocation.
     """
-    batch = torch.broadcast_shapes(Xt.shape[:-2], spectrum.shape[:-1])
+    batch = broadcast_shapes(Xt.shape[:-2], spectrum.shape[:-1])
     Xt = Xt.to(compute_dtype(Xt.dtype))
     if Xt.numel() == 0 or 0 in batch:  # torch's FFT refuses empty batches
         dtype = torch.promote_types(Xt.dtype, spectrum.dtype) if complex_ else Xt.dtype
         return Xt.new_zeros((*batch, Xt.shape[-2], n), dtype=dtype)
     F = torch.fft.fft(Xt, n) if complex_ else torch.fft.rfft(Xt, n)
     S = spectrum[..., None, :]
-    in_place = torch.broadcast_shapes(F.shape, S.shape) == F.shape and torch.result_type(F, S) == F.dtype
+    in_place = broadcast_shapes(F.shape, S.shape) == F.shape and torch.result_type(F, S) == F.dtype
     F = F.mul_(S) if in_place else F * S
     return torch.fft.ifft(F, n) if complex_ else torch.fft.irfft(F, n)
 
@@ -58,7 +60,7 @@ def linear_convolution(a: torch.Tensor, b: torch.Tensor, n_out: int) -> torch.Te
     tensor([1., 3., 2.])
     """
     n = fft_length(a.shape[-1] + b.shape[-1] - 1)
-    batch = torch.broadcast_shapes(a.shape[:-1], b.shape[:-1])
+    batch = broadcast_shapes(a.shape[:-1], b.shape[:-1])
     dtype = torch.promote_types(a.dtype, b.dtype)
     if 0 in batch or not (a.shape[-1] and b.shape[-1]):  # torch's FFT refuses empty batches
         return a.new_zeros(*batch, n_out, dtype=dtype)
@@ -75,7 +77,7 @@ def circulant_spectrum(c: torch.Tensor, r: torch.Tensor, complex_: bool) -> torc
     embeds ``Toeplitz(c, r)``: ``c``, zeros, then ``r[S-1], ..., r[1]``; ``rfft`` unless ``complex_``."""
     T, S = c.shape[-1], r.shape[-1]
     n = fft_length(T + S - 1)
-    batch = torch.broadcast_shapes(c.shape[:-1], r.shape[:-1])
+    batch = broadcast_shapes(c.shape[:-1], r.shape[:-1])
     c, r = c.to(compute_dtype(c.dtype)), r.to(compute_dtype(r.dtype))
     col = torch.cat([c.expand(*batch, T), c.new_zeros(*batch, n - T - S + 1),
                      torch.flip(r[..., 1:], (-1,)).expand(*batch, S - 1)], dim=-1)
@@ -89,7 +91,7 @@ def toeplitz_matmat(c: torch.Tensor, r: torch.Tensor, X: torch.Tensor, spectrum:
     (``spectrum``: :func:`circulant_spectrum`, if already computed)."""
     T, S = c.shape[-1], r.shape[-1]
     if T == 0 or S == 0:  # an empty side: no circulant to embed in (its length would be below T)
-        batch = torch.broadcast_shapes(c.shape[:-1], r.shape[:-1], X.shape[:-2])
+        batch = broadcast_shapes(c.shape[:-1], r.shape[:-1], X.shape[:-2])
         return X.new_zeros((*batch, T, X.shape[-1]), dtype=torch.promote_types(torch.promote_types(c.dtype, r.dtype), X.dtype))
     n = fft_length(T + S - 1)
     dtype = torch.promote_types(torch.promote_types(c.dtype, r.dtype), X.dtype)

@@ -19,7 +19,7 @@ import numpy as np
 import scipy.linalg
 import torch
 
-from structmat.core.validation import SingularMatrixError
+from structmat.core.validation import SingularMatrixError, broadcast_shapes
 from structmat.linalg.spectral import compute_dtype, fft_length, toeplitz_matmat
 
 __all__ = ["causal_inverse_series", "causal_solve_dense", "lower_toeplitz_dense", "InverseGenerators",
@@ -153,7 +153,7 @@ class InverseGenerators:
     def apply(self, X: torch.Tensor) -> torch.Tensor:
         """``M^{-1} X`` for ``X (*, T, K)`` (batch shapes broadcast)."""
         T = self.p1.shape[-1]
-        batch = torch.broadcast_shapes(self.p1.shape[:-1], X.shape[:-2])
+        batch = broadcast_shapes(self.p1.shape[:-1], X.shape[:-2])
         dtype = torch.promote_types(self.p1.dtype, X.dtype)
         if T == 0 or X.shape[-1] == 0 or 0 in batch:  # torch's FFT refuses empty batches
             return X.new_zeros((*batch, T, X.shape[-1]), dtype=dtype)
@@ -249,7 +249,7 @@ def toeplitz_inverse_generators(c: torch.Tensor, r: torch.Tensor) -> InverseGene
             [1., 0.]], dtype=torch.float64)
     """
     T = c.shape[-1]
-    batch = torch.broadcast_shapes(c.shape[:-1], r.shape[:-1])
+    batch = broadcast_shapes(c.shape[:-1], r.shape[:-1])
     dtype = torch.promote_types(c.dtype, r.dtype)
     if T == 0 or 0 in batch:
         empty = c.new_zeros(*batch, T, dtype=compute_dtype(dtype))
@@ -275,7 +275,7 @@ def _diagonal_sums(A: torch.Tensor, B: torch.Tensor) -> tuple[torch.Tensor, torc
     (``j - i = k``; entry 0 is the diagonal, which belongs to the column). Cross-correlations by FFT,
     ``O(K T log T)``."""
     T = A.shape[-2]
-    batch = torch.broadcast_shapes(A.shape[:-2], B.shape[:-2])
+    batch = broadcast_shapes(A.shape[:-2], B.shape[:-2])
     dtype = torch.promote_types(A.dtype, B.dtype)
     if T == 0 or A.shape[-1] == 0 or 0 in batch:
         zero = A.new_zeros(*batch, T, dtype=dtype)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import torch
 
+from structmat.core import small
 from structmat.core.base import StructuredMatrix
-from structmat.core.validation import as_tensor, broadcast_batch, check_finite
+from structmat.core.validation import as_tensor, broadcast_batch, check_finite, trusted_parameters
 from structmat.matrices.sss import SSS
 
 __all__ = ["Bidiagonal"]
@@ -39,6 +40,7 @@ class Bidiagonal(StructuredMatrix):
     """
 
     order = 2
+    small_dense = True
 
     def __init__(self, diag, sub, *, lower: bool = True, dtype: torch.dtype | None = None, device=None):
         diag = as_tensor(diag, "diag", dtype=dtype, device=device)
@@ -73,7 +75,11 @@ class Bidiagonal(StructuredMatrix):
 
     @property
     def T(self) -> Bidiagonal:
-        return Bidiagonal(self.diag, self.sub, lower=not self.lower)
+        def build():
+            with trusted_parameters():  # checked when this one was made
+                return Bidiagonal(self.diag, self.sub, lower=not self.lower)
+
+        return small.keep(self, "T", build)
 
     def _scale(self, s) -> Bidiagonal:
         return Bidiagonal(self.diag * s, self.sub * s, lower=self.lower)
@@ -91,4 +97,5 @@ class Bidiagonal(StructuredMatrix):
     def solve(self, Y) -> torch.Tensor:
         """Solve ``M X = Y`` through the exact inverse (a 1-SS scan), ``O(T K)``."""
         self._check_square("solve()")
-        return self.inv()._product(Y, "Y")
+        X = self._small_solve(Y, "lower" if self.lower else "upper", "Bidiagonal is singular: a diagonal entry is zero")
+        return self._inverse()._product(Y, "Y") if X is None else X

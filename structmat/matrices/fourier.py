@@ -77,6 +77,8 @@ class Fourier(StructuredMatrix):
     torch.float16
     """
 
+    small_dense = True
+
     def __init__(self, eigvals, *, real: bool | None = None, dtype: torch.dtype | None = None, device=None):
         lam, dtype, precision = _sequence(eigvals, "eigvals", dtype, device)
         lam = lam.to(_spectrum_dtype(precision))
@@ -137,7 +139,7 @@ class Fourier(StructuredMatrix):
 
     def solve(self, Y) -> torch.Tensor:
         """Solve ``M X = Y`` for ``Y (*, T, K)`` or ``(T,)``: reciprocal eigenvalues, ``O(T log T)`` per column."""
-        return self.inv()._product(Y, "Y")
+        return self._inverse()._product(Y, "Y")
 
     @property
     def T(self) -> Fourier:

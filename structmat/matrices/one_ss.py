@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import torch
 
+from structmat.core import small
 from structmat.core.dtypes import real_dtype
 from structmat.core.transitions import Transitions
 from structmat.core.validation import (
@@ -134,7 +135,11 @@ class OneSS(SSS):
 
     @property
     def T(self) -> OneSS:
-        return OneSS(self.log_a, b=self.b, c=self.c, lower=not self.lower)._with_decays(self.decays)
+        def build():
+            with trusted_parameters():  # checked when this one was made
+                return OneSS(self.log_a, b=self.b, c=self.c, lower=not self.lower)._with_decays(self.decays)
+
+        return small.keep(self, "T", build)
 
     def _scale(self, s) -> OneSS:
         c = torch.ones_like(self.log_a, dtype=self.dtype) if self.c is None else self.c
@@ -179,9 +184,11 @@ class OneSS(SSS):
             return cls(safe_log(g)[..., None].expand(*g.shape, T))
 
     def solve(self, Y) -> torch.Tensor:
-        """Solve ``M X = Y`` through the exact bidiagonal inverse: ``O(T K)``, no scan."""
+        """Solve ``M X = Y`` through the exact bidiagonal inverse: ``O(T K)``, no scan (a small matrix:
+        one dense triangular solve, :mod:`structmat.core.small`)."""
         self._check_square("solve()")
-        return self.inv()._product(Y, "Y")
+        X = self._small_solve(Y, "lower" if self.lower else "upper", "OneSS is singular: a diagonal entry c_t b_t is zero")
+        return self._inverse()._product(Y, "Y") if X is None else X
 
     # --- products -----------------------------------------------------------------------------------
     def to_dense(self) -> torch.Tensor:
@@ -210,8 +217,8 @@ class OneSS(SSS):
         return cols @ (Ld[..., zeros - 1, :] * B.detach()[..., None, :])
 
     def _matmat(self, X: torch.Tensor) -> torch.Tensor:
-        if not self.lower:  # M = J F J with F = J M J lower: the same fast paths
-            return torch.flip(self.reverse()._matmat(torch.flip(X, (-2,))), (-2,))
-        u = X if self.b is None else self.b[..., None] * X
-        h = first_order_scan(self.log_a, u, self.decays)  # compiled code on the CPU, the blocked scan elsewhere
-        return h if self.c is None else self.c[..., None] * h
+        # lower: diag(c) F diag(b) X with F the first-order recurrence; upper: its transpose diag(b) F^T diag(c) X
+        first, last = (self.b, self.c) if self.lower else (self.c, self.b)
+        u = X if first is None else first[..., None] * X
+        h = first_order_scan(self.log_a, u, self.decays, transpose=not self.lower)  # compiled code on the CPU
+        return h if last is None else last[..., None] * h

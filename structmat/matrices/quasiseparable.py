@@ -9,8 +9,9 @@ import numbers
 
 import torch
 
+from structmat.core import small
 from structmat.core.base import StructuredMatrix
-from structmat.core.validation import as_tensor, broadcast_batch, check_finite, check_same_device
+from structmat.core.validation import as_tensor, broadcast_batch, check_finite, check_same_device, trusted_parameters
 from structmat.linalg.quasiseparable_lu import quasiseparable_lu
 from structmat.linalg.quasiseparable_solve import quasiseparable_solve
 from structmat.matrices.one_ss import OneSS
@@ -68,6 +69,8 @@ class Quasiseparable(StructuredMatrix):
             [0.2500, 0.5000, 1.0000, 0.5000],
             [0.1250, 0.2500, 0.5000, 1.0000]])
     """
+
+    small_dense = True
 
     def __init__(self, lower: SSS, upper: SSS, diag, *, dtype: torch.dtype | None = None, device=None):
         _check_part(lower, "lower", True)
@@ -195,14 +198,18 @@ class Quasiseparable(StructuredMatrix):
     def _matmat(self, X: torch.Tensor) -> torch.Tensor:
         if (halves := self._exact_halves()) is not None:
             return halves[0].matmul(X) + halves[1].matmul(X) - self.diag[..., None] * X
-        return self.lower_part.matmul(X) + self.upper_part.matmul(X) + self.diag[..., None] * X
+        return self.lower_part._matmat(X) + self.upper_part._matmat(X) + self.diag[..., None] * X
 
     def _map(self, fn) -> Quasiseparable:
         return Quasiseparable(self.lower_part._map(fn), self.upper_part._map(fn), fn(self.diag))
 
     @property
     def T(self) -> Quasiseparable:
-        return Quasiseparable(self.upper_part.T, self.lower_part.T, self.diag)
+        def build():
+            with trusted_parameters():  # checked when this one was made
+                return Quasiseparable(self.upper_part.T, self.lower_part.T, self.diag)
+
+        return small.keep(self, "T", build)
 
     def _scale(self, s) -> Quasiseparable:
         return Quasiseparable(self.lower_part * s, self.upper_part * s, self.diag * s)
@@ -242,6 +249,9 @@ class Quasiseparable(StructuredMatrix):
         True
         """
         self._check_square("solve()")
+        X = self._small_solve(Y, None, "Quasiseparable matrix is singular: a zero pivot in its LU factorisation")
+        if X is not None:
+            return X
         M, Y, vector = self._operand(Y, "Y")
         X = quasiseparable_solve(M.lower_part.generators, M.upper_part.generators, M.diag, Y)
         return X[..., 0] if vector else X

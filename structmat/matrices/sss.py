@@ -6,9 +6,11 @@ from collections.abc import Callable
 
 import torch
 
+from structmat.core import small
 from structmat.core.base import StructuredMatrix
 from structmat.core.transitions import Transitions
 from structmat.core.validation import as_tensor, broadcast_batch, check_dtype, check_finite, check_same_device, trusted_parameters
+from structmat.linalg import banded
 from structmat.linalg.block_solve import block_solve
 from structmat.linalg.realization import minimal_realization
 from structmat.linalg.semiseparable import Generators
@@ -52,6 +54,8 @@ class SSS(StructuredMatrix):
     >>> M
     SSS(shape=(5, 5), order=1, dtype=float32)
     """
+
+    small_dense = True
 
     def __init__(self, A, B, C, D=None, *, lower: bool = True, dtype: torch.dtype | None = None, device=None):
         dtype = check_dtype(dtype)
@@ -125,7 +129,11 @@ class SSS(StructuredMatrix):
 
     @property
     def T(self) -> SSS:
-        return self._from_generators(self.generators, not self.lower)
+        def build():
+            with trusted_parameters():  # checked when this one was made
+                return self._from_generators(self.generators, not self.lower)
+
+        return small.keep(self, "T", build)
 
     def _scale(self, s) -> SSS:
         G = self.generators
@@ -137,10 +145,18 @@ class SSS(StructuredMatrix):
 
     # --- products -----------------------------------------------------------------------------------
     def _matmat(self, X: torch.Tensor) -> torch.Tensor:
+        if banded.applies(self.generators, X):  # compiled code, both triangles (an upper matrix is a transpose)
+            return banded.sss_matmat(self.generators, X, not self.lower, self._band(solve=False))
         G, reversed_ = self.time_lower()
         if not reversed_:
             return G.matmat(X)[0]
         return torch.flip(G.matmat(torch.flip(X, (-2,)))[0], (-2,))
+
+    def _band(self, solve: bool):
+        """:func:`structmat.linalg.banded.band` of the generators, kept with the matrix where it is small."""
+        if banded.band_entries(self.generators) > banded.KEEP_MAX_ENTRIES:
+            return banded.band(self.generators, solve)
+        return small.keep(self, ("band", solve), lambda: banded.band(self.generators, solve))
 
     def to_dense(self) -> torch.Tensor:
         """Entry by entry from the definition: ``O(T^2 N^2)``."""
@@ -151,7 +167,13 @@ class SSS(StructuredMatrix):
         """Solve ``M X = Y`` (``Y`` of shape ``(*, T, K)`` or ``(T,)``) by block forward substitution,
         ``O(T (L + N) K)`` for diagonal transitions (:mod:`structmat.linalg.block_solve`)."""
         self._check_square("solve()")
+        X = self._small_solve(Y, "lower" if self.lower else "upper", "SSS is singular: a diagonal entry is zero")
+        if X is not None:
+            return X
         M, Y, vector = self._operand(Y, "Y")
+        if banded.applies(M.generators, Y, solve=True):
+            X = banded.sss_solve(M.generators, Y, not M.lower, M._band(solve=True))
+            return X[..., 0] if vector else X
         G, reversed_ = M.time_lower()
         X = torch.flip(block_solve(G, torch.flip(Y, (-2,))), (-2,)) if reversed_ else block_solve(G, Y)
         return X[..., 0] if vector else X
@@ -204,6 +226,8 @@ class SSSInverse(SSS):
     >>> bool(torch.allclose(inverse @ (M @ torch.ones(6, dtype=torch.float64)), torch.ones(6, dtype=torch.float64)))
     True
     """
+
+    small_dense = False  # its products are the solves of ``of``, which keeps the dense form
 
     def __init__(self, of: SSS, generators: Callable[[], Generators], order: int):
         # The generators cost O(T N^3) and a dense (T, N, N) transition buffer, and products never

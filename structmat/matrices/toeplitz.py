@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import torch
 
+from structmat.core import small
 from structmat.core.base import StructuredMatrix
 from structmat.core.lazy import Inverse
 from structmat.core.validation import (
@@ -22,6 +23,7 @@ from structmat.core.validation import (
     check_finite,
     check_overflow,
     finite_checks_enabled,
+    trusted_parameters,
 )
 from structmat.linalg.spectral import circulant_spectrum, compute_dtype, toeplitz_matmat
 from structmat.linalg.toeplitz_solvers import (
@@ -77,12 +79,15 @@ class Toeplitz(StructuredMatrix):
     tensor([5., 3., 5.])
     """
 
+    small_dense = True
+
     def __init__(self, c, r=None, *, causal: bool = False, dtype: torch.dtype | None = None, device=None):
         c = as_tensor(c, "c", dtype=dtype, device=device)
         if c.dim() < 1:
             raise ValueError(f"c must have shape (*, T); got {tuple(c.shape)}")
         _check_finite(c, "c")
         self.is_causal = bool(causal)
+        self.is_anticausal = False  # upper triangular: the transpose of a causal one (set by ``T``)
         self._lower: torch.Tensor | None = None  # dense L(c) of a short causal matrix, once solved with
         if self.is_causal:  # first row (c[0], 0, ..., 0): nothing to check or broadcast, built when asked for
             if r is not None:
@@ -153,7 +158,17 @@ class Toeplitz(StructuredMatrix):
 
     @property
     def T(self) -> Toeplitz:
-        return Toeplitz(self.r, self.c)
+        """The transpose ``Toeplitz(r, c)``; of a causal matrix, upper triangular (``is_anticausal``: its solves
+        take the causal path in reversed time, ``U = J L J`` with ``L`` causal with first column ``r``)."""
+        def build():
+            with trusted_parameters():  # checked when this one was made
+                if self.is_anticausal:  # its first row is the causal matrix's first column
+                    return Toeplitz(self.r, causal=True)
+                out = Toeplitz(self.r, self.c)
+                out.is_anticausal = self.is_causal
+                return out
+
+        return small.keep(self, "T", build)
 
     def _scale(self, s) -> Toeplitz:
         return Toeplitz(self.c * s, causal=True) if self.is_causal else Toeplitz(self.c * s, self.r * s)
@@ -170,8 +185,15 @@ class Toeplitz(StructuredMatrix):
         tensor([3., 1.])
         """
         self._check_square("solve()")
+        if self.is_anticausal:  # U = J L J: U^{-1} Y = J L^{-1} J Y
+            flip = lambda t: torch.flip(t, (-2,))  # noqa: E731
+            M, Y, vector = self._solve_operand(Y)
+            X = flip(small.keep(self, "reversed", lambda: Toeplitz(self.r, causal=True)).solve(flip(Y)))
+            return X[..., 0] if vector else X
+        if self.is_causal and (X := self._small_solve(Y, "lower", "causal Toeplitz with c[0] == 0 is singular")) is not None:
+            return X
         if not (self.is_causal and self.shape[-1] <= DIRECT_INVERSE_MAX):
-            return self.inv()._product(Y, "Y")
+            return self._inverse()._product(Y, "Y")
         M, Y, vector = self._solve_operand(Y)
         work = compute_dtype(M.dtype)
         X = torch.linalg.solve_triangular(M._lower_dense(work), Y if Y.dtype == work else Y.to(work), upper=False)

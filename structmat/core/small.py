@@ -1,0 +1,163 @@
+"""Small matrices: products and solves through a cached dense form, below a measured size.
+
+A scan or a pair of FFTs costs tens of small tensor operations whatever ``T``; below a few hundred steps one
+dense ``T x S`` product (or a triangular solve, or an LU solve with kept factors) is faster than that fixed
+cost. A class whose products cost scans or FFTs sets ``small_dense = True``; then, for an instance with at
+most :data:`DENSE_MAX_ENTRIES` entries (batch included) and a product of at most :data:`DENSE_MAX_WORK`
+multiply-adds, the dense form is built once (``to_dense()``) and kept with the instance.
+
+Never for a large matrix (the bound is on the entries, so memory stays below 512 KiB in float64), never
+where a gradient is wanted (a kept tensor carries no graph: those calls take the structured path), never
+while ``torch.compile`` traces, and only on the CPU (where the crossover was measured). A parameter changed
+in place after the form was built (its ``_version`` moved) drops the form.
+"""
+
+from __future__ import annotations
+
+import cmath
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from structmat.core.validation import SingularMatrixError, finite_checks_enabled
+
+__all__ = ["DENSE_MAX_ENTRIES", "DENSE_MAX_WORK", "dense_form", "dense_solve", "keep"]
+
+#: Most entries (``T * S`` times the batch) of a matrix whose products and solves run through its kept
+#: dense form: ``256 x 256``. Measured (one thread, float64, ``x (T, 1)``): a 1-SS, SSS(4), Toeplitz,
+#: Fourier or quasiseparable product costs 60-500 us of fixed work at T = 256 against 20 us for the dense
+#: one; at T = 1024 the dense product costs 650-800 us (it reads 8 MiB), more than the structured ones.
+DENSE_MAX_ENTRIES = 256 * 256
+
+#: Most multiply-adds ``T * S * K`` of a product (or solve) taken through the dense form: with many columns
+#: the structured product's fixed cost is shared by all of them and it wins. Measured at T = 256 (one
+#: thread, 64 columns): the dense product 0.6 ms, the structured ones 0.4-1 ms (FFTs), 1-2 ms (1-SS, SSS(4)
+#: banded), 3-5 ms (quasiseparable); the dense triangular solve 0.4 ms, the structured ones 0.15 (1-SS) to 1.8 ms.
+DENSE_MAX_WORK = 256 * 256 * 64
+
+
+@dataclass(eq=False)
+class _Kept:
+    """What an instance keeps (by key: its dense form by dtype, factors, bands), and its parameters with their
+    versions when it was kept."""
+
+    params: list[tuple[torch.Tensor, int]]
+    values: dict = field(default_factory=dict)
+
+
+def _tensors(obj, out: list, seen: set) -> list:
+    """Every tensor held by a matrix (its parameters, those of its parts and transitions)."""
+    if isinstance(obj, torch.Tensor):
+        out.append(obj)
+    elif isinstance(obj, (list, tuple)):
+        for item in obj:
+            _tensors(item, out, seen)
+    elif id(obj) not in seen and (getattr(obj, "__structured_matrix__", False) or hasattr(obj, "kind")):
+        seen.add(id(obj))
+        attrs = vars(obj) if hasattr(obj, "__dict__") else {s: getattr(obj, s) for s in obj.__slots__}
+        for key, value in attrs.items():
+            if key != "_small":
+                _tensors(value, out, seen)
+    return out
+
+
+_DTYPES = (torch.float32, torch.float64, torch.complex64, torch.complex128)  # half precisions: no CPU matmul
+
+
+def _applies(M, X: torch.Tensor) -> bool:
+    shape = M.shape
+    if not (type(M).small_dense and shape.numel() <= DENSE_MAX_ENTRIES and shape[-1] * shape[-2] * X.shape[-1] <= DENSE_MAX_WORK):
+        return False
+    if M.dtype not in _DTYPES or X.dtype not in _DTYPES:
+        return False
+    return M.device.type == "cpu" and not torch.compiler.is_compiling()
+
+
+def _version(p: torch.Tensor) -> int | None:
+    """The in-place version counter (inference tensors have none: None)."""
+    return None if p.is_inference() else p._version
+
+
+def _record(M) -> _Kept | None:
+    """The record of what ``M`` keeps (a fresh one where a parameter changed in place); None where a
+    gradient is wanted (a kept tensor carries no graph)."""
+    kept = M.__dict__.get("_small")
+    grad = torch.is_grad_enabled()
+    if kept is not None:
+        for p, version in kept.params:
+            if version is not None and p._version != version:
+                kept = None
+                break
+            if grad and p.requires_grad:
+                return None
+        if kept is not None:
+            return kept
+    params = _tensors(M, [], set())
+    if grad and any(p.requires_grad for p in params):
+        return None
+    M._small = _Kept([(p, _version(p)) for p in params])
+    return M._small
+
+
+def keep(M, key, build: Callable[[], object]) -> object:
+    """``build()``, kept with the instance ``M`` under ``key`` (built again where a gradient is wanted or a
+    parameter of ``M`` changed in place since)."""
+    kept = _record(M)
+    if kept is None:
+        return build()
+    if key not in kept.values:
+        kept.values[key] = build()
+    return kept.values[key]
+
+
+def _dense(M) -> torch.Tensor:
+    with torch.no_grad():
+        dense = M.to_dense().expand(M.shape).contiguous()
+    if torch.is_inference_mode_enabled():  # an inference tensor could not be saved for a later backward
+        with torch.inference_mode(False):
+            dense = dense.clone()
+    return dense
+
+
+def dense_form(M, X: torch.Tensor) -> torch.Tensor | None:
+    """``M``'s kept dense form in ``X``'s dtype where a product with ``X (*, S, K)`` should use it, else None."""
+    if not _applies(M, X) or (kept := _record(M)) is None:
+        return None
+    values = kept.values
+    if ("dense", X.dtype) not in values:
+        if ("dense", M.dtype) not in values:
+            values[("dense", M.dtype)] = _dense(M)
+        values[("dense", X.dtype)] = values[("dense", M.dtype)].to(X.dtype)
+    return values[("dense", X.dtype)]
+
+
+def dense_solve(M, Y: torch.Tensor, triangle: str | None, singular: str) -> torch.Tensor | None:
+    """``M^{-1} Y`` for ``Y (*, T, K)`` (prepared as for a product) through the kept dense form: a triangular
+    solve (``triangle`` ``"lower"`` or ``"upper"``) or an LU solve with kept factors (``triangle=None``).
+    None where the dense form does not apply. Raises :class:`SingularMatrixError` with the message
+    ``singular`` for a zero pivot, and for a result that overflows from a finite ``Y``."""
+    A = dense_form(M, Y)
+    if A is None:
+        return None
+    values = M._small.values
+    if ("factors", Y.dtype) not in values:
+        if triangle is None:
+            LU, pivots, info = torch.linalg.lu_factor_ex(A)
+            values[("factors", Y.dtype)] = (LU, pivots, bool((info != 0).any()))
+        else:
+            values[("factors", Y.dtype)] = (None, None, bool((A.diagonal(0, -2, -1) == 0).any()))
+    LU, pivots, is_singular = values[("factors", Y.dtype)]
+    if is_singular:
+        raise SingularMatrixError(singular)
+    if triangle is None:
+        X = torch.linalg.lu_solve(LU, pivots, Y)
+    else:
+        X = torch.linalg.solve_triangular(A, Y, upper=triangle == "upper")
+    # one reduction sees any inf or NaN; NaN in gives NaN out, as torch.linalg.solve does
+    if finite_checks_enabled() and not cmath.isfinite(X.sum().item()) and bool(torch.isfinite(Y).all()):
+        if bool(torch.isfinite(X).all()):
+            return X  # only the sum overflowed
+        raise SingularMatrixError(f"{type(M).__name__}.solve: the solution overflows {str(X.dtype).replace('torch.', '')} "
+                                  "(the matrix is singular or too close to singular in this dtype)")
+    return X

@@ -1,0 +1,113 @@
+"""Small matrices: products and solves through the kept dense form (structmat.core.small) against the dense
+matrix built entry by entry, and the rules of keeping (gradients, in-place changes, inference mode)."""
+
+import numpy as np
+import pytest
+import torch
+from conftest import C128, F64, close, rand, randn, sss_dense
+
+import structmat as sm
+from structmat.core import small
+
+
+def _matrices(T):
+    a = 0.3 + 0.7 * rand(T, seed=1)
+    A = rand(T, 3, seed=2)
+    B, C = randn(T, 3, seed=3) / 2, randn(T, 3, seed=4) / 2
+    lower = sm.SSS(A, B, C, D=2 + rand(T, seed=5))
+    upper = sm.SSS(A, B, C, D=2 + rand(T, seed=5), lower=False)
+    c = randn(T, seed=6) / T
+    c[0] = 2.0
+    return {
+        "OneSS": (sm.OneSS.from_decays(a, b=1 + rand(T, seed=7), c=1 + rand(T, seed=8)),
+                  sss_dense(a, (1 + rand(T, seed=7))[:, None], (1 + rand(T, seed=8))[:, None], None, "scalar")),
+        "SSS": (lower, sss_dense(A, B, C, 2 + rand(T, seed=5), "diag")),
+        "SSS upper": (upper, sss_dense(A, B, C, 2 + rand(T, seed=5), "diag").T),
+        "Bidiagonal": (sm.Bidiagonal(1 + rand(T, seed=9), randn(T - 1, seed=10)),
+                       np.diag(1 + rand(T, seed=9).numpy()) + np.diag(randn(T - 1, seed=10).numpy(), -1)),
+        "Toeplitz.causal": (sm.Toeplitz.causal(c), np.tril(np.array([[c[i - j].item() if i >= j else 0.0 for j in range(T)]
+                                                                      for i in range(T)]))),
+    }
+
+
+@pytest.mark.parametrize("name", ["OneSS", "SSS", "SSS upper", "Bidiagonal", "Toeplitz.causal"])
+@pytest.mark.parametrize("dtype", [torch.float32, F64, C128])
+def test_products_and_solves_of_small_matrices(name, dtype):
+    M, dense = _matrices(20)[name]
+    dense = torch.from_numpy(dense)
+    for X in (randn(20, seed=11, dtype=dtype), randn(3, 20, 2, seed=12, dtype=dtype)):
+        tol = 1e-5 if dtype == torch.float32 else 1e-10
+        close(M @ X, (dense.to(X.dtype) @ X), rtol=tol)
+        close(M.solve(X), torch.linalg.solve(dense.to(X.dtype), X.unsqueeze(-1) if X.dim() == 1 else X).reshape(X.shape),
+              rtol=100 * tol)
+    assert "_small" in vars(M)  # it kept its dense form
+    assert (M @ torch.zeros(20, 0, dtype=F64)).shape == (20, 0)
+
+
+def test_quasiseparable_small_solve_and_singular():
+    Q = sm.Quasiseparable.bidirectional(sm.OneSS.decay(0.5, 12, dtype=F64), sm.OneSS.decay(0.3, 12, dtype=F64))
+    dense = Q.to_dense()
+    y = randn(12, 3, seed=1)
+    close(Q.solve(y), torch.linalg.solve(dense, y))
+    ones = sm.Quasiseparable.bidirectional(sm.OneSS.causal(3, dtype=F64), sm.OneSS.causal(3, dtype=F64),
+                                           diag=torch.ones(3, dtype=F64))  # rank 1
+    with pytest.raises(sm.SingularMatrixError, match="singular"):
+        ones.solve(torch.ones(3, dtype=F64))
+
+
+def test_singular_overflow_and_nan():
+    M = sm.Bidiagonal(torch.tensor([1.0, 0.0, 1.0], dtype=F64), torch.ones(2, dtype=F64))
+    with pytest.raises(sm.SingularMatrixError, match="diagonal entry is zero"):
+        M.solve(torch.ones(3, dtype=F64))
+    big = sm.Bidiagonal(torch.full((200,), 1e-3, dtype=F64), torch.ones(199, dtype=F64))  # entries up to 1e600
+    with pytest.raises(sm.SingularMatrixError, match="overflows"):
+        big.solve(torch.ones(200, dtype=F64))
+    y = torch.ones(3, dtype=F64)
+    y[1] = float("nan")
+    assert torch.isnan(sm.Bidiagonal(torch.ones(3, dtype=F64), torch.ones(2, dtype=F64)).solve(y)).any()  # NaN in, NaN out
+
+
+def test_a_parameter_changed_in_place_drops_the_kept_form():
+    d = torch.ones(10, dtype=F64)
+    M = sm.Diagonal(d) + sm.OneSS.causal(10, dtype=F64)  # a lazy sum: no kept form of its own
+    O = sm.OneSS(torch.zeros(10, dtype=F64), c=torch.ones(10, dtype=F64))
+    x = torch.ones(10, dtype=F64)
+    close(O @ x, torch.arange(1.0, 11.0, dtype=F64))
+    O.c.mul_(2.0)  # the user changes a parameter in place
+    close(O @ x, 2 * torch.arange(1.0, 11.0, dtype=F64))
+    close(M @ x, 1 + torch.arange(1.0, 11.0, dtype=F64))
+
+
+def test_gradients_take_the_structured_path():
+    a = (0.3 + 0.7 * rand(8, seed=1)).requires_grad_()
+    x = randn(8, 2, seed=2).requires_grad_()
+    assert torch.autograd.gradcheck(lambda a, x: sm.OneSS.from_decays(a) @ x, (a, x))
+    assert torch.autograd.gradcheck(lambda a, x: sm.OneSS.from_decays(a).solve(x), (a, x))
+    assert torch.autograd.gradcheck(lambda a, x: sm.OneSS.from_decays(a).T @ x, (a, x))
+    M = sm.OneSS.from_decays(a.detach())
+    M @ x.detach()  # kept, without a graph
+    y = M @ x  # x wants a gradient: the dense form has none to give, the product through it still does
+    y.sum().backward()
+    close(x.grad, M.to_dense().sum(0)[:, None].expand(8, 2))
+
+
+def test_inference_mode_first_then_gradients():
+    M = sm.SSS(rand(16, 2), randn(16, 2), randn(16, 2), D=2 + rand(16))
+    with torch.inference_mode():
+        y = M @ randn(16, 1)
+        M.solve(randn(16, 1))
+    x = randn(16, 1).requires_grad_()
+    (M @ x).sum().backward()
+    close(y, M.to_dense() @ randn(16, 1))
+    close(x.grad, M.to_dense().sum(0)[:, None])
+
+
+def test_large_matrices_keep_no_dense_form():
+    T = int(small.DENSE_MAX_ENTRIES**0.5) + 1
+    M = sm.Toeplitz(randn(T, seed=1), randn(T, seed=2))
+    M @ randn(T, 1)
+    assert ("dense", F64) not in getattr(M, "_small", small._Kept([])).values
+    B = sm.OneSS.causal(T // 4, dtype=F64)  # small, but 17 batch rows of it are over the bound
+    Bb = B._map(lambda t: t.expand(17, *t.shape))
+    Bb @ randn(T // 4, 1)
+    assert ("dense", F64) not in getattr(Bb, "_small", small._Kept([])).values

@@ -1,0 +1,100 @@
+"""SSS products and solves as banded LAPACK systems, against the dense matrix built entry by entry."""
+
+import numpy as np
+import pytest
+import torch
+from conftest import F64, close, rand, randn, sss_dense
+
+import structmat as sm
+from structmat.core.transitions import Transitions
+from structmat.linalg import banded
+from structmat.linalg.semiseparable import Generators
+
+
+def _generators(kind, T, N, batch=(), seed=0, zero_decay=False):
+    shape = {"log": (*batch, T), "scalar": (*batch, T), "diag": (*batch, T, N), "dense": (*batch, T, N, N)}[kind]
+    A = rand(*shape, seed=seed) if kind != "dense" else randn(*shape, seed=seed) / (2 * N)
+    if kind == "scalar":
+        A = A - 0.5  # signed transitions
+    if zero_decay and T > 3:
+        A.select(len(batch), 3).zero_()  # an exact cut
+    values = safe_log(A) if kind == "log" else A
+    D = 2 + rand(*batch, T, seed=seed + 3)
+    return Generators(Transitions(values, kind), randn(*batch, T, N, seed=seed + 1), randn(*batch, T, N, seed=seed + 2), D), A
+
+
+def safe_log(a):
+    return torch.where(a > 0, torch.log(torch.where(a > 0, a, 1.0)), float("-inf"))
+
+
+def _dense(G, A, kind, batch):
+    if not batch:
+        return torch.from_numpy(sss_dense(A, G.B, G.C, G.D, "scalar" if kind == "log" else kind))
+    return torch.stack([_dense(Generators(G.A, G.B[i], G.C[i], G.D[i]), A[i], kind, batch[1:]) for i in range(batch[0])])
+
+
+@pytest.mark.parametrize("kind", ["log", "scalar", "diag", "dense"])
+@pytest.mark.parametrize("batch,xbatch", [((), ()), ((), (3,)), ((2,), (2,)), ((2,), (3, 1))])
+def test_products_and_solves_equal_dense(kind, batch, xbatch):
+    G, A = _generators(kind, 23, 3, batch, seed=len(batch) + 5 * len(xbatch), zero_decay=True)
+    M = _dense(G, A, kind, batch)
+    X = randn(*xbatch, 23, 2, seed=9)
+    close(banded.sss_matmat(G, X), M @ X)
+    close(banded.sss_matmat(G, X, transpose=True), M.mT @ X)
+    want = X.expand(*torch.broadcast_shapes(M.shape[:-2], X.shape[:-2]), 23, 2)
+    close(M @ banded.sss_solve(G, X), want, rtol=1e-9)
+    close(M.mT @ banded.sss_solve(G, X, transpose=True), want, rtol=1e-9)
+
+
+def test_float32_and_singular():
+    G, A = _generators("diag", 40, 2, seed=3)
+    M = _dense(G, A, "diag", ())
+    G32 = Generators(Transitions(G.A.values.float(), "diag"), G.B.float(), G.C.float(), G.D.float())
+    X = randn(40, 1, seed=1, dtype=torch.float32)
+    Y = banded.sss_matmat(G32, X)
+    assert Y.dtype == torch.float32
+    close(Y, M.float() @ X, rtol=1e-5)
+    D = G.D.clone()
+    D[7] = 0.0
+    with pytest.raises(sm.SingularMatrixError, match="diagonal entry is zero"):
+        banded.sss_solve(Generators(G.A, G.B, G.C, D), X.double())
+
+
+def test_applies_only_where_it_should():
+    G, _ = _generators("diag", 10, 2)
+    X = randn(10, 1)
+    assert banded.applies(G, X)
+    assert not banded.applies(G, X.to(torch.complex128))
+    assert not banded.applies(G, X.requires_grad_())
+    with torch.no_grad():
+        assert banded.applies(G, X)
+    G9, _ = _generators("diag", 10, banded.MAX_ORDER + 1)
+    assert not banded.applies(G9, X.detach())
+    assert not banded.applies(G, randn(banded.MAX_ROWS + 1, 10, 1))
+
+
+@pytest.mark.parametrize("lower", [True, False])
+@pytest.mark.parametrize("kind", ["diag", "dense"])
+def test_sss_class_paths_at_mid_size(kind, lower):
+    """T = 300 (above the dense form): products and solves through the band, both triangles, K = 1 and 5;
+    with a gradient wanted, the torch paths give the same values and the gradients of the dense product."""
+    T, N = 300, 4
+    A = rand(T, N, seed=1) if kind == "diag" else randn(T, N, N, seed=1) / (2 * N)
+    M = sm.SSS(A, randn(T, N, seed=2) / 4, randn(T, N, seed=3) / 4, D=2 + rand(T, seed=4), lower=lower)
+    dense = torch.from_numpy(sss_dense(A, M.B, M.C, M.D, kind, lower))
+    for K in (1, 5):
+        Y = randn(T, K, seed=K)
+        close(M @ Y, dense @ Y)
+        close(M.solve(Y), torch.linalg.solve(dense, Y), rtol=1e-8)
+        close(M.T @ Y, dense.mT @ Y)
+        close(M.T.solve(Y), torch.linalg.solve(dense.mT, Y), rtol=1e-8)
+    x = randn(T, 2, seed=7).requires_grad_()
+    (M @ x).square().sum().backward()
+    close(x.grad, 2 * dense.mT @ (dense @ x.detach()))
+
+
+def test_zero_length_and_zero_columns():
+    M = sm.SSS(rand(300, 2), randn(300, 2), randn(300, 2), D=2 + rand(300))
+    assert (M @ torch.zeros(300, 0, dtype=F64)).shape == (300, 0)
+    assert M.solve(torch.zeros(300, 0, dtype=F64)).shape == (300, 0)
+    assert np.isfinite((M @ randn(300, 1)).numpy()).all()
