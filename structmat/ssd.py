@@ -225,11 +225,10 @@ def ssd(x, dt, A, B, C, chunk_size: int = 256, D=None, z=None, dt_bias=None, ini
         return_varlen_states: bool = False, *, backend: str = "auto"):
     """Mamba-2's SSD layer (``mamba_chunk_scan_combined``): 1-SS structured masked attention.
 
-    With ``dt`` processed (bias, softplus, limit), per head and batch::
+    With ``dt`` processed (bias, softplus, limit), per head and batch (``sma(C, B, x * dt, OneSS(dt A))``
+    plus the ``D`` and ``z`` terms)::
 
         h_t = exp(dt_t A) h_{t-1} + dt_t x_t B_t^T,    y_t = h_t C_t + D x_t,    out = y * silu(z)
-
-    i.e. ``sma(C, B, x * dt, OneSS(dt A))`` plus the ``D`` and ``z`` terms.
 
     Parameters
     ----------
@@ -243,20 +242,14 @@ def ssd(x, dt, A, B, C, chunk_size: int = 256, D=None, z=None, dt_bias=None, ini
     dt_bias : ``(nheads,)``, optional, added to ``dt``
     dt_softplus : bool, ``dt = softplus(dt)`` (after the bias)
     dt_limit : ``(min, max)``, ``dt`` clamped to it
-    initial_states : ``(batch, nheads, headdim, dstate)``, or with ``cu_seqlens`` one per packed sequence
-        ``(num_seqs, nheads, headdim, dstate)`` (as fla accepts; the sequences then restart at their bounds)
-    seq_idx : ``(batch, seqlen)`` int, non-decreasing ids of packed sequences: the state restarts from
-        zero where the id changes (``initial_states`` feed the first sequence).
-    cu_seqlens : ``(num_seqs + 1,)`` cumulative lengths (batch 1) for ``return_varlen_states``; as in
-        mamba_ssm it does not reset the state (pass ``seq_idx``).
+    initial_states : ``(batch, nheads, headdim, dstate)``, or with ``cu_seqlens`` one per packed sequence ``(num_seqs, ...)``
+    seq_idx : ``(batch, seqlen)`` int, non-decreasing ids of packed sequences: the state restarts at 0 where the id changes
+    cu_seqlens : ``(num_seqs + 1,)`` cumulative lengths (batch 1); as in mamba_ssm it does not reset the state
     return_final_states : the state after the last step, ``(batch, nheads, headdim, dstate)``.
-    return_varlen_states : the state after each packed sequence, ``(num_seqs, nheads, headdim, dstate)``
-        (not differentiated).
+    return_varlen_states : the state after each packed sequence, ``(num_seqs, nheads, headdim, dstate)``, not differentiated
     backend : {"auto", "torch", "triton"}, keyword only; ``auto`` takes the Triton kernels for CUDA
         tensors (float32/16-bit, ``dt A <= 0``), else torch.
 
-    Notes
-    -----
     Returns ``out`` (like ``x``), then ``final_states`` and ``varlen_states`` if asked (float32 states;
     float64 for float64 inputs). ``O(b l h L (n + p))`` work, ``O(b l h p)`` memory.
 
@@ -279,8 +272,9 @@ def ssd(x, dt, A, B, C, chunk_size: int = 256, D=None, z=None, dt_bias=None, ini
                                         initial_state=None if per_sequence else initial_states, seq_idx=seq_idx,
                                         chunk_size=chunk, backend=backend, return_chunk_states=return_varlen_states,
                                         decays_checked=checked)
-    out, final, carried = _with_initial_states(out, final, C, log_a, initial_states, cu_seqlens, z, x.dtype) \
-        if per_sequence else (out, final, None)
+    carried = None
+    if per_sequence:
+        out, final, carried = _with_initial_states(out, final, C, log_a, initial_states, cu_seqlens, z, x.dtype)
     result = [out] + ([final] if return_final_states else [])
     if return_varlen_states:
         varlen = _varlen_states(x, log_a, B, states[0], cu_seqlens, dtp, seq_idx, chunk)
