@@ -53,6 +53,18 @@ class Bidiagonal(StructuredMatrix):
         T = diag.shape[-1]
         super().__init__((*batch, T, T), dtype, diag.device)
 
+    @classmethod
+    def _of(cls, diag: torch.Tensor, sub: torch.Tensor, lower: bool) -> Bidiagonal:
+        """The bidiagonal matrix of ``diag (*, T)`` and ``sub (*, T - 1)`` computed from checked matrices (one dtype
+        and device, batches that broadcast): unchecked (a closure operation on small matrices costs less than
+        the constructor's checks)."""
+        M = object.__new__(Bidiagonal)
+        M.diag, M.sub, M.lower = diag, sub, lower
+        batch = diag.shape[:-1] if diag.shape[:-1] == sub.shape[:-1] else torch.broadcast_shapes(diag.shape[:-1], sub.shape[:-1])
+        T = diag.shape[-1]
+        StructuredMatrix.__init__(M, (*batch, T, T), diag.dtype, diag.device)
+        return M
+
     def matvec_flops(self, K: int) -> float:
         return 3.0 * K * self.shape[-1]
 
@@ -73,7 +85,7 @@ class Bidiagonal(StructuredMatrix):
 
     @property
     def T(self) -> Bidiagonal:
-        return Bidiagonal(self.diag, self.sub, lower=not self.lower)
+        return Bidiagonal._of(self.diag, self.sub, not self.lower)
 
     def _scale(self, s) -> Bidiagonal:
         return Bidiagonal(self.diag * s, self.sub * s, lower=self.lower)

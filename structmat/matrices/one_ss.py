@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import threading
-from collections.abc import Iterator
 
 import torch
 
@@ -31,12 +29,10 @@ __all__ = ["OneSS", "safe_log", "zero_decays_added_by_caller"]
 _CALLER = threading.local()
 
 
-@contextlib.contextmanager
-def zero_decays_added_by_caller() -> Iterator[None]:
+def zero_decays_added_by_caller() -> thread_flag:
     """Within the block ``to_dense`` leaves out its zero-decay gradient terms: the caller adds them for its
     whole result (``sma`` does, for every order)."""
-    with thread_flag(_CALLER, "adds", True, default=False):
-        yield
+    return thread_flag(_CALLER, "adds", True, default=False)
 
 
 def safe_log(a: torch.Tensor) -> torch.Tensor:
@@ -116,6 +112,27 @@ class OneSS(SSS):
             return SSS(G.A, G.B, G.C, G.D, lower=lower)
         return OneSS(log_a, b=G.B[..., 0], c=G.C[..., 0], lower=lower)
 
+    @classmethod
+    def _assemble(cls, G: Generators, lower: bool, batch: tuple[int, ...]) -> SSS:
+        """A OneSS where the generators allow one (log decays, order 1, no explicit diagonal), else an SSS;
+        unchecked, as :meth:`SSS._assemble`."""
+        if G.A.kind != "log" or G.B.shape[-1] != 1 or G.D is not None:
+            return SSS._assemble(G, lower, batch)
+        return OneSS._of(G.A.values, G.B[..., 0], G.C[..., 0], lower, batch)
+
+    @classmethod
+    def _of(cls, log_a: torch.Tensor, b: torch.Tensor | None, c: torch.Tensor | None, lower: bool,
+            batch: tuple[int, ...], decays: torch.Tensor | None = None) -> OneSS:
+        """The OneSS of parameters taken from checked matrices (real ``log_a``, shapes that fit, ``batch`` their
+        broadcast batch): unchecked, as :meth:`SSS._assemble`."""
+        M = object.__new__(OneSS)
+        ones = None if b is not None and c is not None else \
+            torch.ones((), dtype=log_a.dtype, device=log_a.device).expand(*log_a.shape, 1)
+        M._set(Generators(Transitions(log_a, "log"), ones if b is None else b[..., None], ones if c is None else c[..., None]),
+               lower, batch)
+        M.log_a, M.b, M.c, M.decays = M.transitions.values, b, c, decays
+        return M
+
     # --- structure: unit scalings stay None (the matvec then skips them) ---------------------------
     def _with_decays(self, decays: torch.Tensor | None) -> OneSS:
         self.decays = decays if decays is None or decays.dtype == self.log_a.dtype else decays.to(self.log_a.dtype)
@@ -134,7 +151,7 @@ class OneSS(SSS):
 
     @property
     def T(self) -> OneSS:
-        return OneSS(self.log_a, b=self.b, c=self.c, lower=not self.lower)._with_decays(self.decays)
+        return OneSS._of(self.log_a, self.b, self.c, not self.lower, self.batch_shape, self.decays)
 
     def _scale(self, s) -> OneSS:
         c = torch.ones_like(self.log_a, dtype=self.dtype) if self.c is None else self.c
@@ -143,8 +160,8 @@ class OneSS(SSS):
     def reverse(self) -> OneSS:
         flip = lambda t: None if t is None else torch.flip(t, (-1,))  # noqa: E731
         rev = lambda t: None if t is None else torch.roll(torch.flip(t, (-1,)), 1, dims=-1)  # noqa: E731
-        out = OneSS(self.transitions.reversed().values, b=flip(self.c), c=flip(self.b), lower=not self.lower)
-        return out._with_decays(rev(self.decays))
+        return OneSS._of(self.transitions.reversed().values, flip(self.c), flip(self.b), not self.lower, self.batch_shape,
+                         rev(self.decays))
 
     # --- constructors -------------------------------------------------------------------------------
     @classmethod
