@@ -192,6 +192,8 @@ def check_positive_int(n: Any, name: str) -> int:
 def check_scalar(s: Any, name: str, *, real: bool = False) -> numbers.Number | torch.Tensor:
     """A finite Python, numpy or 0-d torch number; numpy numbers come back as Python ones, 0-d tensors as
     they are (a learnable scale keeps its graph; its finiteness is a data check)."""
+    if type(s) is float and abs(s) < math.inf:  # the usual call: a finite Python float
+        return s
     if isinstance(s, (np.ndarray, np.generic)) and np.ndim(s) == 0:
         s = s.item()
     if isinstance(s, torch.Tensor):

@@ -104,16 +104,17 @@ class Generators:
         """The lower matrix ``(*, T, T)`` from the definition.
 
         Scalar and diagonal transitions: ``M[j, i] = sum_n C_j[n] P_n[j, i] B_i[n]`` with the segment products
-        ``P`` of :func:`~structmat.linalg.segsum.segment_products` (tensor operations only, ``O(T^2 N)``, in
-        blocks of states of at most :data:`DENSE_BLOCK` entries). Dense transitions: the product with the
-        identity, ``O(T^2 N^2)`` through the blocked scan.
+        ``P`` of :func:`~structmat.linalg.segsum.segment_products` (``O(T^2 N)``, in blocks of states of at most
+        :data:`DENSE_BLOCK` entries; :func:`structmat.linalg.dense_form.sss_dense` takes long sequences in
+        chunks). Dense transitions: the product with the identity through the blocked scan, ``O(T^2 N^2)``.
+        No Python loop over time.
         """
         G = self.expand(self.batch_shape)
         T, N = G.length, G.order
-        P = segment_products(G.A)
-        if P is None:
+        if G.A.kind == "dense":
             eye = torch.eye(T, dtype=torch.promote_types(G.B.dtype, G.A.dtype), device=G.B.device)
             return G.matmat(eye)[0]
+        P = segment_products(G.A)
         if G.A.kind != "diag":  # scalar kinds: one product for every state
             M = P.to(G.B.dtype) * (G.C @ G.B.mT)
         else:

@@ -20,7 +20,7 @@ from structmat.core.validation import (
     trusted_parameters,
 )
 from structmat.linalg.first_order import first_order_scan
-from structmat.linalg.segsum import segsum
+from structmat.linalg.segsum import decay_products
 from structmat.linalg.semiseparable import Generators
 from structmat.matrices.sss import SSS
 
@@ -202,9 +202,9 @@ class OneSS(SSS):
 
     # --- products -----------------------------------------------------------------------------------
     def to_dense(self) -> torch.Tensor:
-        """``c_j exp(segsum(log_a))[j, i] b_i``, the segment sums as masked cumulative sums."""
-        log_a = torch.cat([torch.zeros_like(self.log_a[..., :1]), self.log_a[..., 1:]], dim=-1)
-        L = torch.exp(segsum(log_a)).to(self.dtype)
+        """``c_j exp(segsum(log_a))[j, i] b_i``, the segment sums as short cumulative sums
+        (:func:`~structmat.linalg.segsum.decay_products`)."""
+        L = decay_products(self.log_a).to(self.dtype)  # log_a[..., 0] never enters
         C, B = self.C[..., 0], self.B[..., 0]
         dense = (C[..., :, None] * L * B[..., None, :] + self._zero_decay_terms(L, C, B)).expand(self.shape)
         return dense if self.lower else dense.transpose(-1, -2)

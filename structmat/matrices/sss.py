@@ -10,6 +10,7 @@ from structmat.core.base import StructuredMatrix
 from structmat.core.transitions import Transitions
 from structmat.core.validation import as_tensor, broadcast_batch, check_dtype, check_finite, check_same_device, trusted_parameters
 from structmat.linalg.block_solve import block_solve
+from structmat.linalg.dense_form import sss_dense
 from structmat.linalg.realization import minimal_realization
 from structmat.linalg.semiseparable import Generators
 
@@ -164,8 +165,9 @@ class SSS(StructuredMatrix):
         return torch.flip(G.matmat(torch.flip(X, (-2,)))[0], (-2,))
 
     def to_dense(self) -> torch.Tensor:
-        """Entry by entry from the definition: ``O(T^2 N^2)``."""
-        dense = self.generators.dense().expand(self.shape)
+        """From the definition, ``O(T^2 N)`` for scalar and diagonal transitions, ``O(T^2 N^2)`` for dense ones
+        (:func:`~structmat.linalg.dense_form.sss_dense`)."""
+        dense = sss_dense(self.generators).expand(self.shape)
         return dense if self.lower else dense.transpose(-1, -2)
 
     def solve(self, Y) -> torch.Tensor:
