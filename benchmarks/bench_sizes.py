@@ -17,6 +17,8 @@ Sections (``SECTIONS``; each ``fn(compare) -> list[dict]``):
 * ``scaling``: ``T = 1e4 .. 1e6`` against ``torch.cumsum`` (the cheapest linear pass); the rows of a case
   carry the fitted exponent of ``ours_us`` in ``T`` (target <= 1.1).
 * ``issue11``: the three speed bullets of issue 11 (the dense column holds the peer named in the case).
+* ``closure``, ``sma``, ``planner``: closure operations, ``sma`` at small ``T`` and the planner's regret, from
+  ``sizes_ops.py`` (its docstring gives their targets).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import scipy.linalg
 import scipy.signal
 import torch
 from _report import table, write
+from sizes_ops import SECTIONS as OPS_SECTIONS
 
 import structmat as sm
 
@@ -261,7 +264,7 @@ def issue11(compare) -> list[dict]:
 
 
 SECTIONS = {"matvec": matvec, "solve": solve, "transpose": transpose, "overhead": overhead, "scaling": scaling,
-            "issue11": issue11}
+            "issue11": issue11, **OPS_SECTIONS}
 
 
 def plot(results: dict, path) -> None:

@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from structmat.algebra.semiseparable import sss_add, sss_matmul
+from structmat.algebra.semiseparable import batch_of, fit, sss_add, sss_matmul
 from structmat.core.base import StructuredMatrix
 from structmat.core.dtypes import real_dtype
 from structmat.core.lazy import Inverse
@@ -28,17 +28,17 @@ __all__ = [
 
 
 def diagonal_add(a: Diagonal, b: Diagonal) -> Diagonal:
-    return Diagonal(a.diagonal() + b.diagonal())
+    return Diagonal._of(a.d + b.d)
 
 
 def diagonal_matmul(a: Diagonal, b: Diagonal) -> Diagonal:
-    return Diagonal(a.diagonal() * b.diagonal())
+    return Diagonal._of(a.d * b.d)
 
 
 def diagonal_inverse(a: Diagonal) -> Diagonal:
-    if bool((a.diagonal() == 0).any()):
+    if bool((a.d == 0).any()):
         raise SingularMatrixError("Diagonal has a zero entry")
-    return Diagonal(check_overflow(1.0 / a.diagonal(), "Diagonal.inv()"))
+    return Diagonal._of(check_overflow(1.0 / a.d, "Diagonal.inv()"))
 
 
 def has_diagonal(d: Diagonal, m: StructuredMatrix) -> bool:
@@ -48,7 +48,7 @@ def has_diagonal(d: Diagonal, m: StructuredMatrix) -> bool:
 
 def diagonal_hadamard(d: Diagonal, m: StructuredMatrix) -> Diagonal:
     """Only the diagonal survives: ``diag(d * diag(m))``."""
-    return Diagonal(d.diagonal() * m.diagonal())
+    return Diagonal._of(d.d * m.diagonal())
 
 
 def dense_add(a: Dense, b: StructuredMatrix) -> Dense:
@@ -74,19 +74,19 @@ def dense_hadamard(a: Dense, m: StructuredMatrix) -> Dense:
 
 def lowrank_add(a: LowRank, b: LowRank) -> LowRank:
     """Ranks add: ``[U1 U2] [V1 V2]^T``."""
-    batch = torch.broadcast_shapes(a.batch_shape, b.batch_shape)
-    cat = lambda x, y: torch.cat([x.expand(*batch, *x.shape[-2:]), y.expand(*batch, *y.shape[-2:])], -1)  # noqa: E731
-    return LowRank(cat(a.U, b.U), cat(a.V, b.V))
+    batch = batch_of(a, b)
+    cat = lambda x, y: torch.cat([fit(x, *batch, *x.shape[-2:]), fit(y, *batch, *y.shape[-2:])], -1)  # noqa: E731
+    return LowRank._of(cat(a.U, b.U), cat(a.V, b.V))
 
 
 def lowrank_matmul(a: LowRank, m: StructuredMatrix) -> LowRank:
     """``U V^T M = U (M^T V)^T``: one transposed matvec with ``r`` columns."""
-    return LowRank(a.U, m.T.matmul(a.V))
+    return LowRank._of(a.U, m.T.matmul(a.V))
 
 
 def matmul_lowrank(m: StructuredMatrix, b: LowRank) -> LowRank:
     """``M U V^T = (M U) V^T``: one matvec with ``r`` columns."""
-    return LowRank(m.matmul(b.U), b.V)
+    return LowRank._of(m.matmul(b.U), b.V)
 
 
 def lowrank_inverse(a: LowRank) -> Inverse:
@@ -97,19 +97,18 @@ def lowrank_inverse(a: LowRank) -> Inverse:
 
 
 def bidiagonal_add(a: Bidiagonal, b: Bidiagonal | Diagonal) -> Bidiagonal:
-    batch = torch.broadcast_shapes(a.batch_shape, b.batch_shape)
     sub = a.sub + b.sub if isinstance(b, Bidiagonal) else a.sub
-    return Bidiagonal(a.diagonal() + b.diagonal(), sub.expand(*batch, sub.shape[-1]), lower=a.lower)
+    return Bidiagonal._of(a.diag + (b.diag if isinstance(b, Bidiagonal) else b.d), sub, a.lower)
 
 
 def diagonal_matmul_bidiagonal(d: Diagonal, m: Bidiagonal) -> Bidiagonal:
-    dd = d.diagonal()
-    return Bidiagonal(dd * m.diag, (dd[..., 1:] if m.lower else dd[..., :-1]) * m.sub, lower=m.lower)
+    dd = d.d
+    return Bidiagonal._of(dd * m.diag, (dd[..., 1:] if m.lower else dd[..., :-1]) * m.sub, m.lower)
 
 
 def bidiagonal_matmul_diagonal(m: Bidiagonal, d: Diagonal) -> Bidiagonal:
-    dd = d.diagonal()
-    return Bidiagonal(m.diag * dd, m.sub * (dd[..., :-1] if m.lower else dd[..., 1:]), lower=m.lower)
+    dd = d.d
+    return Bidiagonal._of(m.diag * dd, m.sub * (dd[..., :-1] if m.lower else dd[..., 1:]), m.lower)
 
 
 def bidiagonal_sss_add(a: Bidiagonal, m: SSS) -> SSS:
@@ -137,20 +136,25 @@ def bidiagonal_inverse(a: Bidiagonal) -> OneSS:
     if bool((a.diag == 0).any()):
         raise SingularMatrixError("Bidiagonal has a zero diagonal entry")
     batch = a.batch_shape
-    diag, sub = a.diag.expand(*batch, a.shape[-1]), a.sub.expand(*batch, a.sub.shape[-1])
+    diag, sub = fit(a.diag, *batch, a.shape[-1]), fit(a.sub, *batch, a.sub.shape[-1])
     ratio = check_overflow(torch.cat([torch.ones_like(diag[..., :1]), -sub / diag[..., 1:]], dim=-1),
                            "Bidiagonal.inv(): the ratio sub[t-1] / diag[t]")
     size = ratio.abs()
     phase = torch.cumprod(torch.where(size > 0, ratio / torch.where(size > 0, size, 1.0), 1.0), dim=-1)
     log_size = safe_log(size)
-    _check_inverse_range(log_size, diag)
-    return OneSS(log_size, b=1.0 / (phase * diag), c=phase)  # 1 / diag_i is the entry (i, i): in range
+    _check_inverse_range(log_size, size, diag)
+    # 1 / diag_i is the entry (i, i): in range
+    return OneSS._of(log_size, 1.0 / (phase * diag), phase, True, batch)
 
 
-def _check_inverse_range(log_size: torch.Tensor, diag: torch.Tensor) -> None:
+def _check_inverse_range(log_size: torch.Tensor, size: torch.Tensor, diag: torch.Tensor) -> None:
     """Raise where an entry ``prod_{k=i+1..j} |r_k| / |diag_i|`` of the inverse exceeds the dtype's range: the
-    log-space generators hold it, but every matvec and ``to_dense`` would give infinities, then NaN."""
+    log-space generators hold it, but every matvec and ``to_dense`` would give infinities, then NaN. Ratios of
+    at most one cannot grow an entry beyond ``1 / |diag_i|``: then two reductions decide."""
     if not overflow_checks_enabled() or log_size.numel() == 0 or log_size.device.type == "meta":
+        return
+    tiny = 1.0 / torch.finfo(real_dtype(diag.dtype)).max
+    if float(size.detach().amax()) <= 1 and float(diag.detach().abs().amin()) > tiny:
         return
     logs = log_size.detach().real.double()
     finite = torch.isfinite(logs)
@@ -169,11 +173,14 @@ def _check_inverse_range(log_size: torch.Tensor, diag: torch.Tensor) -> None:
 def oness_inverse(m: OneSS) -> Bidiagonal:
     """Exact inverse, a :class:`~structmat.Bidiagonal`: diagonal ``1 / (b_t c_t)``, subdiagonal
     ``-a_t / (b_t c_{t-1})`` (the upper mirror gives the transpose)."""
-    batch = m.batch_shape
-    b, c = m.B[..., 0].expand(*batch, m.shape[-1]), m.C[..., 0].expand(*batch, m.shape[-1])
-    if bool((b == 0).any()) or bool((c == 0).any()):
+    b, c = m.B[..., 0], m.C[..., 0]
+    bc = b * c
+    if bool((bc == 0).any()):
         raise SingularMatrixError("OneSS is singular: some b_t * c_t is zero")
     # the decays themselves where the matrix holds them: exp(log a) has no gradient at a_t = 0
-    a = (torch.exp(m.log_a) if m.decays is None else m.decays)[..., 1:].to(m.dtype)
-    diag = check_overflow(1.0 / (b * c), "OneSS.inv() diagonal")
-    return Bidiagonal(diag, check_overflow(-a / (b[..., 1:] * c[..., :-1]), "OneSS.inv() subdiagonal"), lower=m.lower)
+    a = (torch.exp(m.log_a) if m.decays is None else m.decays)[..., 1:]
+    diag = check_overflow(1.0 / bc, "OneSS.inv() diagonal")
+    sub = check_overflow(-a / (b[..., 1:] * c[..., :-1]), "OneSS.inv() subdiagonal")
+    batch, T = m.batch_shape, m.shape[-1]
+    sub = sub if sub.dtype == m.dtype else sub.to(m.dtype)
+    return Bidiagonal._of(fit(diag, *batch, T), fit(sub, *batch, max(T - 1, 0)), m.lower)

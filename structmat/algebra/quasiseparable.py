@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import torch
 
-from structmat.algebra.semiseparable import build, sss_hadamard, sss_matmul
+from structmat.algebra.semiseparable import batch_of, build, fit, generators_in, matmul_lower, scale_maps, sss_add, sss_hadamard
 from structmat.core.transitions import Transitions
 from structmat.linalg.quasiseparable_inverse import quasiseparable_inverse
 from structmat.linalg.scan import linear_scan
+from structmat.linalg.segsum import segment_products
 from structmat.linalg.semiseparable import Generators
 from structmat.matrices.diagonal import Diagonal
 from structmat.matrices.quasiseparable import Quasiseparable, strict_part
@@ -38,39 +39,40 @@ def _zero_part(like: SSS, lower: bool) -> SSS:
     """An order-0 SSS of the shape of ``like``: the missing triangle of a one-sided operand."""
     T, batch = like.shape[-1], like.batch_shape
     empty = like.B.new_zeros(*batch, T, 0)
-    return SSS(like.B.new_ones(*batch, T), empty, empty, like.B.new_zeros(*batch, T), lower=lower)
+    ones, zeros = (torch.full((), v, dtype=like.dtype, device=like.device).expand(*batch, T) for v in (1.0, 0.0))
+    return SSS._assemble(Generators(Transitions(ones, "scalar"), empty, empty, zeros), lower, batch)
 
 
 def as_quasiseparable(m: SSS) -> Quasiseparable:
     """A lower or upper SSS (or OneSS) as a quasiseparable matrix (order 0 on the other side)."""
-    if m.lower:
-        return Quasiseparable(m, _zero_part(m, lower=False), m.diagonal())
-    return Quasiseparable(_zero_part(m, lower=True), m, m.diagonal())
+    parts = (strict_part(m), _zero_part(m, lower=False)) if m.lower else (_zero_part(m, lower=True), strict_part(m))
+    return Quasiseparable._of(*parts, m.diagonal(), m.batch_shape)
 
 
 def qs_add(a: Quasiseparable, b: Quasiseparable) -> Quasiseparable:
     """Parts and diagonals add: orders ``(n_l1 + n_l2, n_u1 + n_u2)``."""
-    return Quasiseparable(a.lower_part + b.lower_part, a.upper_part + b.upper_part, a.diagonal() + b.diagonal())
+    return Quasiseparable._of(sss_add(a.lower_part, b.lower_part), sss_add(a.upper_part, b.upper_part), a.diag + b.diag,
+                              batch_of(a, b))
 
 
 def qs_add_sss(a: Quasiseparable, m: SSS) -> Quasiseparable:
     """A lower (upper) SSS joins the lower (upper) part; its diagonal joins the diagonal."""
     part = strict_part(m)
-    diag = a.diagonal() + m.diagonal()
+    diag, batch = a.diag + m.diagonal(), batch_of(a, m)
     if m.lower:
-        return Quasiseparable(a.lower_part + part, a.upper_part, diag)
-    return Quasiseparable(a.lower_part, a.upper_part + part, diag)
+        return Quasiseparable._of(sss_add(a.lower_part, part), a.upper_part, diag, batch)
+    return Quasiseparable._of(a.lower_part, sss_add(a.upper_part, part), diag, batch)
 
 
 def qs_add_diagonal(a: Quasiseparable, d: Diagonal) -> Quasiseparable:
     """The diagonal changes, the orders do not."""
-    return Quasiseparable(a.lower_part, a.upper_part, a.diagonal() + d.diagonal())
+    return Quasiseparable._of(a.lower_part, a.upper_part, a.diag + d.d, batch_of(a, d))
 
 
 def sss_add_mixed(a: SSS, b: SSS) -> Quasiseparable:
     """A lower plus an upper SSS: a quasiseparable matrix."""
     lo, up = (a, b) if a.lower else (b, a)
-    return Quasiseparable(lo, up, lo.diagonal() + up.diagonal())
+    return Quasiseparable._of(strict_part(lo), strict_part(up), lo.diagonal() + up.diagonal(), batch_of(a, b))
 
 
 def sss_matmul_mixed(a: SSS, b: SSS) -> Quasiseparable:
@@ -88,12 +90,14 @@ def sss_matmul_qs(a: SSS, b: Quasiseparable) -> Quasiseparable:
 
 def qs_matmul_diagonal(a: Quasiseparable, d: Diagonal) -> Quasiseparable:
     """``M diag(d)``: both parts and the diagonal scale; same orders."""
-    return Quasiseparable(a.lower_part @ d, a.upper_part @ d, a.diagonal() * d.diagonal())
+    return Quasiseparable._of(scale_maps(a.lower_part, d, output=False), scale_maps(a.upper_part, d, output=False),
+                              a.diag * d.d, batch_of(a, d))
 
 
 def diagonal_matmul_qs(d: Diagonal, a: Quasiseparable) -> Quasiseparable:
     """``diag(d) M``: both parts and the diagonal scale; same orders."""
-    return Quasiseparable(d @ a.lower_part, d @ a.upper_part, d.diagonal() * a.diagonal())
+    return Quasiseparable._of(scale_maps(a.lower_part, d, output=True), scale_maps(a.upper_part, d, output=True),
+                              d.d * a.diag, batch_of(a, d))
 
 
 def qs_hadamard(a: Quasiseparable, b: Quasiseparable) -> Quasiseparable:
@@ -110,8 +114,8 @@ def qs_hadamard(a: Quasiseparable, b: Quasiseparable) -> Quasiseparable:
     >>> H.order, H.to_dense()[0]
     ((1, 1), tensor([1.0000, 0.2500, 0.0625]))
     """
-    return Quasiseparable(sss_hadamard(a.lower_part, b.lower_part), sss_hadamard(a.upper_part, b.upper_part),
-                          a.diagonal() * b.diagonal())
+    return Quasiseparable._of(sss_hadamard(a.lower_part, b.lower_part), sss_hadamard(a.upper_part, b.upper_part),
+                              a.diag * b.diag, batch_of(a, b))
 
 
 def qs_hadamard_sss(a: Quasiseparable, m: SSS) -> SSS:
@@ -128,72 +132,72 @@ def qs_hadamard_sss(a: Quasiseparable, m: SSS) -> SSS:
     ('SSS', tensor([0.2500, 0.5000, 1.0000]))
     """
     strict = sss_hadamard(a.lower_part if m.lower else a.upper_part, m)
-    batch = torch.broadcast_shapes(a.batch_shape, m.batch_shape)
-    G = strict.generators.expand(batch)
-    diag = (a.diagonal() * m.diagonal()).expand(*batch, a.shape[-1])
-    return build(Generators(G.A, G.B, G.C, diag), m.lower)
+    batch = batch_of(a, m)
+    G = generators_in(strict, batch)
+    diag = fit(a.diag * m.diagonal(), *batch, a.shape[-1])
+    return build(Generators(G.A, G.B, G.C, diag), m.lower, batch)
 
 
-def _kron(X: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
-    """``X (x) Y`` for stacks of square matrices, so that ``vec(X W Y^T) = (X (x) Y) vec(W)`` (row-major)."""
-    n1, n2 = X.shape[-1], Y.shape[-1]
-    return (X[..., :, None, :, None] * Y[..., None, :, None, :]).reshape(*X.shape[:-2], n1 * n2, n1 * n2)
+#: Longest sequence whose pair states (:func:`_pair_states`) come from the ``T x T`` segment products of scalar
+#: or diagonal transitions (``O(T^2 n_1 n_2)``, a few tensor operations) instead of a scan with a Python step
+#: per position up to 64 and per block beyond (``O(T n_1 n_2)``). Measured (one thread, orders 1-4): the
+#: segment products take 0.05-0.3 ms at T <= 256, the scans 0.5-3 ms; at T = 1024 the products cost more.
+PAIRS_DENSE_MAX_T = 256
 
 
-def _forward_pairs(Aa, Ba, Ab, Bb) -> torch.Tensor:
-    """``W_i = sum_{k<i} Phi_a(i,k) Ba_k Bb_k^T Phi_b(i,k)^T`` for dense ``Aa, Ab``; shape ``(*, T, na, nb)``."""
-    na, nb = Ba.shape[-1], Bb.shape[-1]
-    K = Transitions(_kron(Aa, Ab), "dense")
-    U = (Ba[..., :, None] * Bb[..., None, :]).flatten(-2)[..., None]  # (*, T, na nb, 1)
-    G = linear_scan(K, U)  # G_i = W_i + U_i
+def _pair_states(Aa: Transitions, Ba: torch.Tensor, Ab: Transitions, Bb: torch.Tensor, batch,
+                 backward: bool) -> torch.Tensor:
+    """Forwards, ``W_i = sum_{k<i} Phi_a(i,k) Ba_k Bb_k^T Phi_b(i,k)^T``; backwards (``backward``, with the output
+    maps in the place of ``Ba, Bb``), ``V_j = sum_{k>j} Phi_a(k,j)^T Ba_k Bb_k^T Phi_b(k,j)``. Shape
+    ``(*, T, na, nb)``: the states of a recurrence with the Kronecker transitions ``Aa (x) Ab``."""
+    na, nb, T = Ba.shape[-1], Bb.shape[-1], Ba.shape[-2]
+    K = Aa.kron(Ab, na, nb, batch)
+    U = (Ba[..., :, None] * Bb[..., None, :]).flatten(-2)  # (*, T, na nb)
+    P = segment_products(K) if T <= PAIRS_DENSE_MAX_T else None
+    if P is not None:  # P[..., i, k] (per state for diagonal transitions): the steps k+1 .. i
+        P = P.tril(-1).to(U.dtype)
+        if backward:
+            P = P.mT  # Phi(k, j)^T = Phi(k, j) for scalar and diagonal steps
+        W = (P * U.mT[..., :, None, :]).sum(-1).mT if K.kind == "diag" else P @ U
+        return W.reshape(*W.shape[:-1], na, nb)
+    if backward:  # a forward recurrence in reversed time
+        return torch.flip(_pair_states(Aa.reversed(), torch.flip(Ba, (-2,)), Ab.reversed(), torch.flip(Bb, (-2,)), batch,
+                                       False), (-3,))
+    G = linear_scan(K, U[..., None])  # G_i = W_i + U_i
     prev = torch.cat([torch.zeros_like(G[..., :1, :, :]), G[..., :-1, :, :]], dim=-3)
-    return K.apply(prev)[..., 0].reshape(*Ba.shape[:-1], na, nb)
-
-
-def _backward_pairs(Aa, Ca, Ab, Cb) -> torch.Tensor:
-    """``V_j = sum_{k>j} Phi_a(k,j)^T Ca_k Cb_k^T Phi_b(k,j)``, a forward recurrence in reversed time."""
-    flip = lambda t: torch.flip(t, (-2,))  # noqa: E731
-    Ar, Br = Transitions(Aa, "dense").reversed().values, Transitions(Ab, "dense").reversed().values
-    return torch.flip(_forward_pairs(Ar, flip(Ca), Br, flip(Cb)), (-3,))
-
-
-def _dense_generators(M: SSS, batch, T: int):
-    """Dense ``A (*, T, n, n)``, ``B``, ``C`` of an SSS part (its stored generators, either orientation)."""
-    G = M.generators.expand(batch)
-    return G.A.matrices(G.order, M.dtype).expand(*batch, T, G.order, G.order), G.B, G.C
+    W = K.apply(prev)[..., 0]
+    return W.reshape(*W.shape[:-1], na, nb)
 
 
 def _product_lower(M1: Quasiseparable, M2: Quasiseparable, batch) -> SSS:
-    """Lower SSS (explicit diagonal) of ``M1 @ M2``."""
-    T = M1.shape[-1]
-    A1, B1, C1 = _dense_generators(M1.lower_part, batch, T)
-    A2, B2, C2 = _dense_generators(M2.lower_part, batch, T)
-    A1u, B1u, C1u = _dense_generators(M1.upper_part, batch, T)
-    A2u, B2u, C2u = _dense_generators(M2.upper_part, batch, T)
-    d1, d2 = M1.diagonal().expand(*batch, T), M2.diagonal().expand(*batch, T)
-    base = sss_matmul(SSS(A1, B1, C1, d1), SSS(A2, B2, C2, d2))
-    n1 = M1.lower_part.order
-    W = _forward_pairs(A1, B1, A2u, B2u)  # L1 U2
-    w = (W @ C2u[..., None])[..., 0]
-    V = _backward_pairs(A1u, C1u, A2, C2)  # U1 L2
-    cv = (V.mT @ B1u[..., None])[..., 0]
+    """Lower SSS (explicit diagonal) of ``M1 @ M2``: ``(L1 + D1)(L2 + D2)`` with the cross terms ``L1 U2`` and ``U1 L2``
+    (module docstring) joining its input and output maps and its diagonal."""
+    L1, L2 = generators_in(M1.lower_part, batch), generators_in(M2.lower_part, batch)
+    U1, U2 = generators_in(M1.upper_part, batch), generators_in(M2.upper_part, batch)
+    T, n1 = M1.shape[-1], L1.order
+    base = matmul_lower(L1.with_diagonal(fit(M1.diag, *batch, T)), L2.with_diagonal(fit(M2.diag, *batch, T)), batch)
+    W = _pair_states(L1.A, L1.B, U2.A, U2.B, batch, backward=False)  # L1 U2
+    w = (W @ U2.C[..., None])[..., 0]
+    V = _pair_states(U1.A, U1.C, L2.A, L2.C, batch, backward=True)  # U1 L2
+    cv = (V.mT @ U1.B[..., None])[..., 0]
     B = torch.cat([base.B[..., :n1] + w, base.B[..., n1:]], -1)
     C = torch.cat([base.C[..., :n1], base.C[..., n1:] + cv], -1)
-    diag = base.D + (C1 * w).sum(-1) + (B1u[..., None, :] @ V @ B2[..., :, None])[..., 0, 0]
-    return SSS(base.transitions, B, C, diag)
+    diag = base.D + (L1.C * w).sum(-1) + (U1.B[..., None, :] @ V @ L2.B[..., :, None])[..., 0, 0]
+    return SSS._assemble(Generators(base.A, B, C, diag), True, batch)
 
 
 def qs_matmul(M1: Quasiseparable, M2: Quasiseparable) -> Quasiseparable:
     """``M1 @ M2`` for quasiseparable matrices: orders ``(n_l1 + n_l2, n_u1 + n_u2)``."""
-    batch = torch.broadcast_shapes(M1.batch_shape, M2.batch_shape)
+    batch = batch_of(M1, M2)
     lower = _product_lower(M1, M2, batch)
     upper_t = _product_lower(M2.T, M1.T, batch)  # (M1 M2)^T = M2^T M1^T
-    return Quasiseparable(lower, upper_t.T, lower.D)
+    return Quasiseparable._of(strict_part(lower), strict_part(upper_t.T), lower.D, batch)
 
 
 def qs_inverse(M: Quasiseparable) -> Quasiseparable:
     """``M^{-1}`` from the generators by Eidelman and Gohberg's inversion recursion (no pivoting: needs
     nonzero leading principal minors); orders unchanged (``n + 1`` on a side whose realization needs it,
     ``docs/deviations.md`` item 1). See :mod:`structmat.linalg.quasiseparable_inverse`."""
-    lower, upper, diag = quasiseparable_inverse(M.lower_part.generators, M.upper_part.generators, M.diag, M.batch_shape)
-    return Quasiseparable(SSS._from_generators(lower, True), SSS._from_generators(upper, False), diag)
+    batch = M.batch_shape
+    lower, upper, diag = quasiseparable_inverse(M.lower_part.generators, M.upper_part.generators, M.diag, batch)
+    return Quasiseparable._of(SSS._assemble(lower, True, batch), SSS._assemble(upper, False, batch), diag, batch)

@@ -17,7 +17,8 @@ from structmat.matrices.diagonal import Diagonal
 from structmat.matrices.one_ss import OneSS
 from structmat.matrices.sss import SSS, SSSInverse
 
-__all__ = ["same_orientation", "different_orientation", "build", "sss_add", "sss_matmul", "sss_hadamard", "sss_inverse",
+__all__ = ["same_orientation", "different_orientation", "build", "batch_of", "fit", "generators_in", "matmul_lower",
+           "scale_maps", "sss_add", "sss_matmul", "sss_hadamard", "sss_inverse",
            "sss_add_diagonal", "diagonal_matmul_sss", "sss_matmul_diagonal", "lower_times_upper_diagonal"]
 
 
@@ -31,93 +32,121 @@ def different_orientation(a, b) -> bool:
     return a.lower != b.lower
 
 
-def build(G: Generators, lower: bool) -> SSS:
-    """An ``OneSS`` where the generators allow one, else an ``SSS``."""
-    return OneSS._from_generators(G, lower)
+def build(G: Generators, lower: bool, batch: tuple[int, ...]) -> SSS:
+    """An ``OneSS`` where the generators allow one, else an ``SSS`` (unchecked: the operands were checked)."""
+    return OneSS._assemble(G, lower, batch)
 
 
-def _batch(*Ms) -> torch.Size:
-    return torch.broadcast_shapes(*(M.batch_shape for M in Ms))
+def batch_of(*Ms) -> torch.Size:
+    """The broadcast batch shape of the operands (equal shapes without torch's helper)."""
+    first = Ms[0].batch_shape
+    return first if all(M.batch_shape == first for M in Ms[1:]) else torch.broadcast_shapes(*(M.batch_shape for M in Ms))
+
+
+def fit(t: torch.Tensor, *shape: int) -> torch.Tensor:
+    """``t.expand(*shape)`` where the shapes differ (an expand costs more than the comparison)."""
+    return t if t.shape == shape else t.expand(*shape)
+
+
+def generators_in(M: SSS, batch) -> Generators:
+    """The stored generators of ``M`` expanded to ``batch``."""
+    return M.generators.expand(batch)
 
 
 def sss_add(M1: SSS, M2: SSS) -> SSS:
     """``SSS(N1) + SSS(N2) = SSS(N1 + N2)`` with block-diagonal ``A`` (diagonal if both are)."""
-    batch = _batch(M1, M2)
-    G1, G2 = M1.generators.expand(batch), M2.generators.expand(batch)
+    batch = batch_of(M1, M2)
+    G1, G2 = generators_in(M1, batch), generators_in(M2, batch)
     D = None
     if G1.D is not None or G2.D is not None:
         D = G1.diagonal() + G2.diagonal()
     A = G1.A.block_diagonal(G2.A, G1.order, G2.order, batch)
-    return build(Generators(A, torch.cat([G1.B, G2.B], -1), torch.cat([G1.C, G2.C], -1), D), M1.lower)
+    return build(Generators(A, torch.cat([G1.B, G2.B], -1), torch.cat([G1.C, G2.C], -1), D), M1.lower, batch)
 
 
-def _matmul_lower(G1: Generators, G2: Generators, batch) -> Generators:
+def _block_triangular(G1: Generators, G2: Generators, coupling: torch.Tensor, batch) -> Transitions:
+    """Dense ``[[A1, coupling], [0, A2]]`` of shape ``(*batch, T, n1 + n2, n1 + n2)``."""
+    n1, n2, T = G1.order, G2.order, G1.length
+    dtype = coupling.dtype
+    if n1 == n2 == 1 and G1.A.kind != "dense" and G2.A.kind != "dense":  # four entries: one stack
+        a1, a2 = (fit(G.A.diagonals(1, dtype)[..., 0], *batch, T) for G in (G1, G2))
+        return Transitions(torch.stack([a1, coupling[..., 0, 0], torch.zeros_like(a1), a2], -1).unflatten(-1, (2, 2)),
+                           "dense")
+    A1, A2 = (fit(G.A.matrices(G.order, dtype), *batch, T, G.order, G.order) for G in (G1, G2))
+    top = torch.cat([A1, coupling], -1)
+    return Transitions(torch.cat([top, torch.cat([A2.new_zeros(*batch, T, n2, n1), A2], -1)], -2), "dense")
+
+
+def matmul_lower(G1: Generators, G2: Generators, batch) -> Generators:
     """``L1 L2`` with ``A = [[A1, B1 C2^T A2], [0, A2]]``, ``B = [B1 d2; B2]``, ``C = [C1; (D1 - C1^T B1) C2]``,
     ``D = D1 D2`` (no explicit ``D1``: ``C = [C1; 0]``, no ``D``)."""
-    n1, n2 = G1.order, G2.order
-    dtype = G1.B.dtype
-    A1 = G1.A.matrices(n1, dtype).expand(*batch, G1.length, n1, n1)
-    A2 = G2.A.matrices(n2, dtype).expand(*batch, G2.length, n2, n2)
-    coupling = G1.B[..., :, None] * (G2.C[..., None, :] @ A2)
-    A = torch.cat([torch.cat([A1, coupling], -1), torch.cat([A2.new_zeros(*A2.shape[:-1], n1), A2], -1)], dim=-2)
+    n1, n2, T = G1.order, G2.order, G1.length
+    coupling = G1.B[..., :, None] * G2.A.left_apply(G2.C)[..., None, :]  # B1 (C2^T A2)
+    A = _block_triangular(G1, G2, fit(coupling, *batch, T, n1, n2), batch)
     d2 = G2.diagonal()
-    B = torch.cat([G1.B * d2[..., None], G2.B], -1)
+    B = torch.cat([fit(G1.B * d2[..., None], *batch, T, n1), fit(G2.B, *batch, T, n2)], -1)
+    C1 = fit(G1.C, *batch, T, n1)
     if G1.D is None:
-        return Generators(Transitions(A, "dense"), B, torch.cat([G1.C, torch.zeros_like(G2.C)], -1))
+        return Generators(A, B, torch.cat([C1, C1.new_zeros(*batch, T, n2)], -1))
     gap = G1.D - (G1.C * G1.B).sum(-1)
-    return Generators(Transitions(A, "dense"), B, torch.cat([G1.C, gap[..., None] * G2.C], -1), G1.D * d2)
+    return Generators(A, B, torch.cat([C1, fit(gap[..., None] * G2.C, *batch, T, n2)], -1), fit(G1.D * d2, *batch, T))
 
 
 def sss_matmul(M1: SSS, M2: SSS) -> SSS:
     """``SSS(N1) @ SSS(N2) = SSS(N1 + N2)`` with block upper-triangular ``A`` (``U1 U2 = (L2 L1)^T``)."""
-    batch = _batch(M1, M2)
-    G1, G2 = M1.generators.expand(batch), M2.generators.expand(batch)
-    G = _matmul_lower(G1, G2, batch) if M1.lower else _matmul_lower(G2, G1, batch)
-    return build(G, M1.lower)
+    batch = batch_of(M1, M2)
+    G1, G2 = M1.generators, M2.generators
+    G = matmul_lower(G1, G2, batch) if M1.lower else matmul_lower(G2, G1, batch)
+    return build(G, M1.lower, batch)
 
 
 def sss_hadamard(M1: SSS, M2: SSS) -> SSS:
     """``SSS(N1) * SSS(N2) = SSS(N1 N2)``: Kronecker products of the states (log decays add)."""
-    batch = _batch(M1, M2)
-    G1, G2 = M1.generators.expand(batch), M2.generators.expand(batch)
+    batch = batch_of(M1, M2)
+    G1, G2 = generators_in(M1, batch), generators_in(M2, batch)
     kron = lambda x, y: (x[..., :, None] * y[..., None, :]).flatten(-2)  # noqa: E731
     D = None
     if G1.D is not None or G2.D is not None:
         D = G1.diagonal() * G2.diagonal()
     A = G1.A.kron(G2.A, G1.order, G2.order, batch)
-    return build(Generators(A, kron(G1.B, G2.B), kron(G1.C, G2.C), D), M1.lower)
+    return build(Generators(A, kron(G1.B, G2.B), kron(G1.C, G2.C), D), M1.lower, batch)
 
 
 def lower_times_upper_diagonal(M1: SSS, M2: SSS) -> Diagonal:
     """A lower and an upper triangular matrix overlap on the diagonal only: ``diag(d1 d2)``."""
-    return Diagonal(M1.diagonal() * M2.diagonal())
+    return Diagonal._of(M1.diagonal() * M2.diagonal())
 
 
 def _rescaled(M: SSS, batch, *, B=None, C=None, D=None) -> SSS:
-    G = M.generators.expand(batch)
-    return build(Generators(G.A, G.B if B is None else B, G.C if C is None else C, D), M.lower)
+    G = generators_in(M, batch)
+    return build(Generators(G.A, G.B if B is None else B, G.C if C is None else C, D), M.lower, batch)
+
+
+def scale_maps(M: SSS, Dg: Diagonal, output: bool) -> SSS:
+    """``diag(d) M`` (``output``) or ``M diag(d)``: the output map of a lower matrix (input map of an upper one)
+    scales, or the other; an explicit diagonal scales too. Same order."""
+    batch = batch_of(Dg, M)
+    G, d = generators_in(M, batch), fit(Dg.diagonal(), *batch, M.shape[-1])
+    D = None if G.D is None else G.D * d
+    if output == M.lower:
+        return _rescaled(M, batch, C=G.C * d[..., None], D=D)
+    return _rescaled(M, batch, B=G.B * d[..., None], D=D)
 
 
 def diagonal_matmul_sss(Dg: Diagonal, M: SSS) -> SSS:
     """``diag(d) @ M`` scales the output map (lower) or the input map (upper); same order."""
-    batch = _batch(Dg, M)
-    G, d = M.generators.expand(batch), Dg.diagonal().expand(*batch, M.shape[-1])
-    D = None if G.D is None else G.D * d
-    return _rescaled(M, batch, C=G.C * d[..., None], D=D) if M.lower else _rescaled(M, batch, B=G.B * d[..., None], D=D)
+    return scale_maps(M, Dg, output=True)
 
 
 def sss_matmul_diagonal(M: SSS, Dg: Diagonal) -> SSS:
     """``M @ diag(d)`` scales the input map (lower) or the output map (upper); same order."""
-    batch = _batch(Dg, M)
-    G, d = M.generators.expand(batch), Dg.diagonal().expand(*batch, M.shape[-1])
-    D = None if G.D is None else G.D * d
-    return _rescaled(M, batch, B=G.B * d[..., None], D=D) if M.lower else _rescaled(M, batch, C=G.C * d[..., None], D=D)
+    return scale_maps(M, Dg, output=False)
 
 
 def sss_add_diagonal(M: SSS, Dg: Diagonal) -> SSS:
     """``M + diag(d)``: an explicit ``D``; same order."""
-    batch = _batch(Dg, M)
-    return _rescaled(M, batch, D=M.generators.expand(batch).diagonal() + Dg.diagonal().expand(*batch, M.shape[-1]))
+    batch = batch_of(Dg, M)
+    return _rescaled(M, batch, D=generators_in(M, batch).diagonal() + fit(Dg.diagonal(), *batch, M.shape[-1]))
 
 
 def sss_inverse(M: SSS) -> SSS:
@@ -131,14 +160,14 @@ def sss_inverse(M: SSS) -> SSS:
     Raises :class:`~structmat.SingularMatrixError` for a zero diagonal entry.
     """
     batch, N = M.batch_shape, M.order
-    G = M.generators.expand(batch)
+    G = generators_in(M, batch)
     d = G.diagonal()
     if bool((d == 0).any()):
         raise SingularMatrixError("SSS is singular: a diagonal entry is zero")
     check_overflow(1.0 / d, "SSS.inv() diagonal")
-    delta = d - (G.C * G.B).sum(-1)
-    scale = d.abs() + (G.C.abs() * G.B.abs()).sum(-1)
-    if bool((delta.abs() > torch.finfo(M.dtype).eps ** 0.5 * scale).all()):
+    CB = G.C * G.B
+    delta = d - CB.sum(-1)
+    if bool((delta.abs() > torch.finfo(M.dtype).eps ** 0.5 * (d.abs() + CB.abs().sum(-1))).all()):
         return SSSInverse(M, lambda: _inverse_generators(G, d, delta), N)
     return SSSInverse(M, lambda: _inverse_generators_augmented(G, d), N + 1)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from structmat.core.base import StructuredMatrix
+from structmat.core.dtypes import complex_dtype, real_dtype
 from structmat.core.validation import SingularMatrixError, check_overflow
 from structmat.linalg.spectral import linear_convolution
 from structmat.linalg.toeplitz_solvers import causal_inverse_series
@@ -23,36 +24,43 @@ def both_causal(a: Toeplitz, b: Toeplitz) -> bool:
 def toeplitz_add(a: Toeplitz, b: Toeplitz) -> Toeplitz:
     """First columns and rows add (causal if both are)."""
     if both_causal(a, b):
-        return Toeplitz(a.c + b.c, causal=True)
-    return Toeplitz(a.c + b.c, a.r + b.r)
+        return Toeplitz._of(a.c + b.c, None)
+    return Toeplitz._of(a.c + b.c, a.r + b.r)
 
 
 def causal_toeplitz_matmul(a: Toeplitz, b: Toeplitz) -> Toeplitz:
     """Causal @ causal is causal: a truncated polynomial product, ``O(T log T)``."""
-    return Toeplitz(linear_convolution(a.c, b.c, a.shape[-1]), causal=True)
+    return Toeplitz._of(linear_convolution(a.c, b.c, a.shape[-1]), None)
 
 
 def toeplitz_hadamard(a: Toeplitz, b: Toeplitz) -> Toeplitz:
     """Entries multiply along each diagonal (causal if either is)."""
     if a.is_causal or b.is_causal:
-        return Toeplitz(a.c * b.c, causal=True)
-    return Toeplitz(a.c * b.c, a.r * b.r)
+        return Toeplitz._of(a.c * b.c, None)
+    return Toeplitz._of(a.c * b.c, a.r * b.r)
 
 
 def toeplitz_inverse(a: Toeplitz) -> StructuredMatrix:
     """Causal: the inverse power series (causal Toeplitz); else Gohberg-Semencul (``ToeplitzInverse``)."""
     if a.is_causal:
-        return Toeplitz(check_overflow(causal_inverse_series(a.c), "causal Toeplitz inverse series"), causal=True)
+        return Toeplitz._of(check_overflow(causal_inverse_series(a.c), "causal Toeplitz inverse series"), None)
     return ToeplitzInverse(a)
 
 
+def _fourier(eigvals: torch.Tensor, real: bool, like: Fourier) -> Fourier:
+    """The circulant of a spectrum computed from ``like`` (and an operand of its dtype): its dtype as the
+    constructor would give it."""
+    precision = real_dtype(like.dtype)
+    return Fourier._of(eigvals, real, precision if real else complex_dtype(precision))
+
+
 def fourier_add(a: Fourier, b: Fourier) -> Fourier:
-    return Fourier(a.eigvals + b.eigvals, real=a.real and b.real, dtype=a.dtype)
+    return _fourier(a.eigvals + b.eigvals, a.real and b.real, a)
 
 
 def fourier_matmul(a: Fourier, b: Fourier) -> Fourier:
     """Circulants commute; eigenvalues multiply."""
-    return Fourier(a.eigvals * b.eigvals, real=a.real and b.real, dtype=a.dtype)
+    return _fourier(a.eigvals * b.eigvals, a.real and b.real, a)
 
 
 def fourier_hadamard(a: Fourier, b: Fourier) -> Fourier:
@@ -64,11 +72,11 @@ def fourier_inverse(a: Fourier) -> Fourier:
     """Reciprocal eigenvalues; singular when one is below ``T eps`` times the largest."""
     mag = a.eigvals.abs()
     if mag.numel() == 0:
-        return Fourier(a.eigvals.clone(), real=a.real, dtype=a.dtype)
+        return _fourier(a.eigvals.clone(), a.real, a)
     tol = a.shape[-1] * torch.finfo(mag.dtype).eps * mag.amax(-1, keepdim=True)
     if bool((mag <= tol).any()):
         raise SingularMatrixError("Fourier mask has a (numerically) zero eigenvalue")
-    return Fourier(check_overflow(1.0 / a.eigvals, "Fourier.inv() eigenvalues"), real=a.real, dtype=a.dtype)
+    return _fourier(check_overflow(1.0 / a.eigvals, "Fourier.inv() eigenvalues"), a.real, a)
 
 
 def dft_inverse(a: DFT) -> DFT:

@@ -6,7 +6,7 @@ import torch
 
 from structmat.attention.tuning import Tuning
 from structmat.core.base import StructuredMatrix
-from structmat.core.validation import check_matrix, check_same_device
+from structmat.core.validation import check_matrix, check_same_device, trusted_parameters
 
 __all__ = ["check_qkv", "check_mask", "expand_heads", "mask_to_bh", "mask_as_bh", "out_dtype", "add_diagonal", "time_blocks",
            "time_tile"]
@@ -29,10 +29,16 @@ def _shape_of(name: str, t, shapes: bool) -> tuple[int, ...]:
 def check_qkv(q, k, v, *, shapes: bool = False) -> None:
     """Shapes ``q (B, T, H|Hk, N)``, ``k (B, S, Hk, N)``, ``v (B, S, H, P)`` with ``H % Hk == 0``, tensors on one
     device (``shapes``: each may be given by its shape instead, as :func:`~structmat.sma_plan` takes them)."""
-    (Bsz, _, Hq, N), (Bk, S, Hk, Nk), (Bv, Sv, H, _) = (_shape_of(n, t, shapes) for n, t in (("q", q), ("k", k), ("v", v)))
-    for name, t in (("k", k), ("v", v)):
-        if isinstance(t, torch.Tensor) and isinstance(q, torch.Tensor):
-            check_same_device(t, name, q, "q")
+    if type(q) is type(k) is type(v) is torch.Tensor and q.dim() == k.dim() == v.dim() == 4:  # the usual call
+        (Bsz, _, Hq, N), (Bk, S, Hk, Nk), (Bv, Sv, H, _) = q.shape, k.shape, v.shape
+        if not q.device == k.device == v.device:
+            check_same_device(k, "k", q, "q")
+            check_same_device(v, "v", q, "q")
+    else:
+        (Bsz, _, Hq, N), (Bk, S, Hk, Nk), (Bv, Sv, H, _) = (_shape_of(n, t, shapes) for n, t in (("q", q), ("k", k), ("v", v)))
+        for name, t in (("k", k), ("v", v)):
+            if isinstance(t, torch.Tensor) and isinstance(q, torch.Tensor):
+                check_same_device(t, name, q, "q")
     if Bk != Bsz or Bv != Bsz:
         raise ValueError(f"q, k, v must share the batch size; got {Bsz}, {Bk}, {Bv}")
     if Nk != N:
@@ -78,7 +84,8 @@ def mask_as_bh(mask: StructuredMatrix, B: int, H: int) -> StructuredMatrix:
     extra = len(bh) - len(mask.batch_shape)
     if extra == 0:
         return mask
-    return mask._map(lambda t: t.reshape(*(1,) * extra, *t.shape) if t.dim() > 0 else t)
+    with trusted_parameters():  # the same values: nothing to check again
+        return mask._map(lambda t: t.reshape(*(1,) * extra, *t.shape) if t.dim() > 0 else t)
 
 
 def out_dtype(q, k, v, mask: StructuredMatrix) -> torch.dtype:
@@ -86,11 +93,11 @@ def out_dtype(q, k, v, mask: StructuredMatrix) -> torch.dtype:
 
 
 def add_diagonal(out: torch.Tensor, diag: torch.Tensor, mask: StructuredMatrix, q, k, v, weight: float) -> torch.Tensor:
-    """``out[b, t, h] += weight * diag[t] (q_t . k_t) v_t`` in place, ``diag`` a diagonal of ``mask``."""
+    """``out[b, t, h] + weight * diag[t] (q_t . k_t) v_t`` (a new tensor), ``diag`` a diagonal of ``mask``."""
     Bsz, T, H, _ = q.shape
     d = diag.expand(*mask.batch_shape, T).reshape(*mask_to_bh(mask, Bsz, H), T)
     d = d.expand(Bsz, H, T).transpose(1, 2)[..., None].to(out.dtype)
-    return out.addcmul_(weight * d * (q * k).sum(-1, keepdim=True).to(out.dtype), v.to(out.dtype))
+    return torch.addcmul(out, weight * d * (q * k).sum(-1, keepdim=True).to(out.dtype), v.to(out.dtype))
 
 
 def time_tile(tuning: Tuning, T: int, per_step: int) -> int:

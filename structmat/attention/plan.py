@@ -10,17 +10,19 @@ the plan is separate from the run and prints as a table.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from structmat.attention.heads import check_mask, check_qkv
 from structmat.attention.orders import ORDERS, Problem, admissible
-from structmat.attention.tuning import Tuning, tuning_for
+from structmat.attention.tuning import _BY_KIND, Tuning, tuning_for
 from structmat.core.base import StructuredMatrix
 from structmat.core.validation import check_positive_int
+from structmat.matrices import DFT, SSS, Bidiagonal, Dense, Diagonal, Fourier, LowRank, OneSS, Quasiseparable, Toeplitz
 
-__all__ = ["Plan", "sma_plan"]
+__all__ = ["Plan", "sma_plan", "plan_checked", "structure", "PLAN_CACHE_SIZE"]
 
 
 @dataclass
@@ -69,14 +71,42 @@ def sma_plan(q, k, v, mask: StructuredMatrix, *, dtype: torch.dtype | None = Non
     'chunked'
     """
     _check(q, k, v, mask, chunk)
-    Bsz, T, _, N = _shape(q)
-    S = _shape(k)[1]
-    H, P = _shape(v)[2], _shape(v)[3]
     if isinstance(v, torch.Tensor):
         dtype, device = dtype or v.dtype, device or v.device
     tuning = tuning or tuning_for(device or "cpu")
-    chunk = chunk or tuning.chunk
-    problem = Problem(Bsz, T, S, H, N, P, torch.empty((), dtype=dtype or torch.float32).element_size(), chunk)
+    plan = plan_checked(_shape(q), _shape(k), _shape(v), mask, dtype or torch.float32, chunk, tuning)
+    return replace(plan, alternatives={name: dict(cost) for name, cost in plan.alternatives.items()})  # the caller's own
+
+
+#: Plans kept for calls of the same sizes with masks of the same structure (a training loop plans once).
+PLAN_CACHE_SIZE = 512
+_PLANS: OrderedDict = OrderedDict()
+
+
+def plan_checked(q_shape, k_shape, v_shape, mask: StructuredMatrix, dtype: torch.dtype, chunk: int | None,
+                 tuning: Tuning) -> Plan:
+    """The plan of a call whose arguments are checked already; kept (:data:`PLAN_CACHE_SIZE` plans, least
+    recently used dropped) for masks whose costs depend only on their class, shape, dtype and
+    :func:`structure`, with the device's own tuning, outside ``torch.compile``."""
+    sizes = (q_shape[0], q_shape[1], k_shape[1], v_shape[2], q_shape[3], v_shape[3], dtype, chunk or tuning.chunk)
+    shape = structure(mask)
+    if shape is None or tuning is not _BY_KIND.get(tuning.device) or torch.compiler.is_compiling():
+        return _plan(sizes, mask, tuning)
+    key = (type(mask), shape, mask.shape, mask.dtype, sizes, tuning.device, tuple(ORDERS.items()))
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _PLANS[key] = _plan(sizes, mask, tuning)
+        if len(_PLANS) > PLAN_CACHE_SIZE:
+            _PLANS.popitem(last=False)
+    else:
+        _PLANS.move_to_end(key)
+    return plan
+
+
+def _plan(sizes: tuple, mask: StructuredMatrix, tuning: Tuning) -> Plan:
+    """Every admissible order costed for ``sizes = (B, T, S, H, N, P, dtype, chunk)``; the cheapest chosen."""
+    Bsz, T, S, H, N, P, dtype, chunk = sizes
+    problem = Problem(Bsz, T, S, H, N, P, _element_bytes(dtype), chunk)
     costs = {}
     for name in admissible(mask):
         cost = ORDERS[name].cost(problem, mask, tuning)
@@ -84,3 +114,23 @@ def sma_plan(q, k, v, mask: StructuredMatrix, *, dtype: torch.dtype | None = Non
         costs[name] = {"flops": cost.flops, "bytes": cost.bytes, "passes": cost.passes, "ms": ms}
     best = min(costs, key=lambda o: costs[o]["ms"])
     return Plan(best, costs[best]["flops"], costs[best]["bytes"], costs, tuning.device, chunk)
+
+
+def _element_bytes(dtype: torch.dtype) -> int:
+    return dtype.itemsize if hasattr(dtype, "itemsize") else torch.empty((), dtype=dtype).element_size()
+
+
+def structure(mask: StructuredMatrix) -> tuple | None:
+    """What the orders' costs read of a mask beyond its class, shape and dtype (orders, kinds of transitions,
+    orientation), or None for classes whose costs may read more (composites, users' classes): no plan is kept
+    for those."""
+    kind = type(mask)
+    if kind in (SSS, OneSS):
+        return (mask.order, mask.transitions.kind, mask.lower)
+    if kind is Quasiseparable:
+        return (structure(mask.lower_part), structure(mask.upper_part))
+    if kind is LowRank:
+        return (mask.order,)
+    if kind in (Toeplitz, Fourier, DFT, Dense, Diagonal, Bidiagonal):
+        return ()
+    return None

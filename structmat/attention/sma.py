@@ -6,7 +6,7 @@ import torch
 
 from structmat.attention.heads import check_mask, check_qkv, expand_heads
 from structmat.attention.orders import ORDERS, admissible
-from structmat.attention.plan import sma_plan
+from structmat.attention.plan import plan_checked
 from structmat.attention.tuning import Tuning, tuning_for
 from structmat.attention.zero_decays import zero_decay_terms, zero_decays_apply
 from structmat.core.base import StructuredMatrix
@@ -80,11 +80,12 @@ def sma(q, k, v, mask: StructuredMatrix, *, order: str = "auto", scale: float = 
     if 0 in (q.shape[0], T, S, q.shape[2], q.shape[3], v.shape[3]):  # nothing to contract: zeros of the right shape
         return v.new_zeros(q.shape[0], T, q.shape[2], v.shape[3], dtype=result)
     if order == "auto":
-        plan = sma_plan(q, k, v, mask, chunk=chunk, tuning=tuning)
+        plan = plan_checked(q.shape, k.shape, v.shape, mask, dtype, chunk, tuning)
         order, chunk = plan.order, plan.chunk
     work = torch.float32 if dtype in _LOW_PRECISION else dtype  # 16-bit inputs accumulate in float32
-    q, k, v = q.to(work), k.to(work), v.to(work)
-    return _contract(ORDERS[order], q, k, v, mask, scale, tuning, chunk or tuning.chunk).to(result)
+    q, k, v = (t if t.dtype == work else t.to(work) for t in (q, k, v))
+    y = _contract(ORDERS[order], q, k, v, mask, scale, tuning, chunk or tuning.chunk)
+    return y if y.dtype == result else y.to(result)
 
 
 def _contract(order, q, k, v, mask: StructuredMatrix, scale, tuning: Tuning, chunk: int) -> torch.Tensor:

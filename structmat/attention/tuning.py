@@ -40,8 +40,6 @@ class Tuning:
         where the ``L x L`` products dominate).
     time_blocks : bool
         Whether long sequences run in time blocks with carried states (the CPU) or as one block.
-    row_pass : float
-        Cost of one Python-level row of a dense SSS / quasiseparable build, in passes of the order.
     coefficients : dict
         ``order -> (ms per flop, ms per byte, ms per pass)`` of the plan's time estimate.
     """
@@ -52,7 +50,6 @@ class Tuning:
     min_columns: int
     chunk: int
     time_blocks: bool
-    row_pass: float
     coefficients: dict = field(default_factory=dict)
 
     def estimate_ms(self, order: str, flops: float, bytes_: float, passes: float) -> float:
@@ -65,10 +62,17 @@ _TUNINGS: dict = json.loads(TUNING_FILE.read_text())
 
 
 def tuning_for(device) -> Tuning:
-    """The tuning of a device (``torch.device``, ``"cpu"``, ``"cuda:0"``, ...); unknown kinds use the CPU's."""
-    data = _TUNINGS
-    kind = torch.device(device).type
-    entry = dict(data.get(kind, data["cpu"]))
-    entry.pop("calibrated", None)
-    entry["coefficients"] = {k: tuple(v) for k, v in entry["coefficients"].items()}
-    return Tuning(device=kind if kind in data else "cpu", **entry)
+    """The tuning of a device (``torch.device``, ``"cpu"``, ``"cuda:0"``, ...); unknown kinds use the CPU's.
+    One object per kind of device (the planner keeps its plans for these)."""
+    kind = device.type if isinstance(device, torch.device) else torch.device(device).type
+    tuning = _BY_KIND.get(kind)
+    if tuning is None:
+        data = _TUNINGS
+        entry = dict(data.get(kind, data["cpu"]))
+        entry.pop("calibrated", None)
+        entry["coefficients"] = {k: tuple(v) for k, v in entry["coefficients"].items()}
+        tuning = _BY_KIND[kind] = Tuning(device=kind if kind in data else "cpu", **entry)
+    return tuning
+
+
+_BY_KIND: dict[str, Tuning] = {}

@@ -289,15 +289,19 @@ _SAME_SHAPE = {"add": "add", "hadamard": "hadamard"}
 
 
 def _binary(op: str, a: StructuredMatrix, b: StructuredMatrix) -> StructuredMatrix:
-    """Shape, batch, device and dtype checks shared by the binary operations, then the rule."""
-    if op in _SAME_SHAPE and a.shape[-2:] != b.shape[-2:]:
-        raise ValueError(f"{op} needs matrices of equal (T, S); got shapes {tuple(a.shape)} and {tuple(b.shape)}")
-    if op == "matmul" and a.shape[-1] != b.shape[-2]:
-        raise ValueError(f"cannot multiply matrices of shapes {tuple(a.shape)} and {tuple(b.shape)}")
-    broadcast_batch(("left operand", a.batch_shape), ("right operand", b.batch_shape))
-    if a.device != b.device:
+    """Shape, batch, device and dtype checks shared by the binary operations, then the rule (the common case,
+    equal batch shapes and dtypes, without helper calls: they cost more than a small closure operation)."""
+    sa, sb = a._shape, b._shape
+    if op in _SAME_SHAPE and sa[-2:] != sb[-2:]:
+        raise ValueError(f"{op} needs matrices of equal (T, S); got shapes {tuple(sa)} and {tuple(sb)}")
+    if op == "matmul" and sa[-1] != sb[-2]:
+        raise ValueError(f"cannot multiply matrices of shapes {tuple(sa)} and {tuple(sb)}")
+    if sa[:-2] != sb[:-2]:
+        broadcast_batch(("left operand", sa[:-2]), ("right operand", sb[:-2]))
+    if a._device != b._device:
         raise ValueError(f"operands are on different devices: {a.device} and {b.device}")
-    dtype = torch.promote_types(a.dtype, b.dtype)
-    a = a if a.dtype == dtype else a.to(dtype)
-    b = b if b.dtype == dtype else b.to(dtype)
+    if a._dtype != b._dtype:
+        dtype = torch.promote_types(a._dtype, b._dtype)
+        a = a if a._dtype == dtype else a.to(dtype)
+        b = b if b._dtype == dtype else b.to(dtype)
     return dispatch.apply(op, a, b)

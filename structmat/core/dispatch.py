@@ -150,11 +150,28 @@ def rules(op: str | None = None) -> list[Rule]:
     return list(_REGISTRY[op])
 
 
+#: ``(op, operand types) -> (the registry of op when sorted, its matching rules in the order they are tried)``:
+#: matching and ordering depend on the operands' types only, and cost more than a small closure operation.
+_CANDIDATES: dict[tuple, tuple[tuple[Rule, ...], list[Rule]]] = {}
+
+
+def _candidates(op: str, operands: tuple) -> list[Rule]:
+    """The rules matching ``operands`` in the order they are tried, cached by types (and checked against the
+    registry as it is now, so rules added or removed, even by editing the registry's lists, count at once)."""
+    registry = tuple(_REGISTRY[op])
+    key = (op, *map(type, operands))
+    cached = _CANDIDATES.get(key)
+    if cached is not None and cached[0] == registry:
+        return cached[1]
+    candidates = [r for r in registry if r.matches(operands)]
+    candidates.sort(key=lambda r: (-r.precedence, r.distance(operands), r.serial))
+    _CANDIDATES[key] = (registry, candidates)
+    return candidates
+
+
 def resolve(op: str, *operands) -> Rule | None:
     """The rule ``op(*operands)`` runs (see the module docstring for the order), or None."""
-    candidates = [r for r in _REGISTRY[op] if r.matches(operands)]
-    candidates.sort(key=lambda r: (-r.precedence, r.distance(operands), r.serial))
-    return next((r for r in candidates if r.when is None or bool(r.when(*operands))), None)
+    return next((r for r in _candidates(op, operands) if r.when is None or bool(r.when(*operands))), None)
 
 
 def apply(op: str, *operands):

@@ -119,7 +119,8 @@ class Transitions:
 
     def matrices(self, N: int, dtype: torch.dtype | None = None) -> torch.Tensor:
         """Dense ``(*, T, N, N)``."""
-        A = self.actual().to(dtype or self.dtype)
+        A = self.actual()
+        A = A if dtype is None or A.dtype == dtype else A.to(dtype)
         if self.kind in ("log", "scalar"):
             return A[..., None, None] * torch.eye(N, dtype=A.dtype, device=A.device)
         return torch.diag_embed(A) if self.kind == "diag" else A
@@ -128,7 +129,8 @@ class Transitions:
         """``(*, T, N)`` diagonals, or None for dense transitions."""
         if self.kind == "dense":
             return None
-        A = self.actual().to(dtype or self.dtype)
+        A = self.actual()
+        A = A if dtype is None or A.dtype == dtype else A.to(dtype)
         return A[..., None].expand(*A.shape, N) if self.kind in ("log", "scalar") else A
 
     def log_decays(self) -> torch.Tensor | None:
@@ -281,11 +283,15 @@ class Transitions:
     # --- combining two recurrences -------------------------------------------------------------------
     def block_diagonal(self, other: Transitions, n1: int, n2: int, batch) -> Transitions:
         """``diag(A1_t, A2_t)``: the transitions of a sum of two recurrences (diagonal where both are)."""
+        T = self.length
+        fit = lambda t, n: t if t.shape == (*batch, T, n) else t.expand(*batch, T, n)  # noqa: E731
+        if self.kind == "log" and other.kind == "log" and n1 == n2 == 1 and self.values.shape == other.values.shape:
+            return Transitions(fit(torch.exp(torch.stack([self.values, other.values], -1)), 2), "diag")  # one exp of both
         d1, d2 = self.diagonals(n1), other.diagonals(n2)
         if d1 is not None and d2 is not None:
             dtype = torch.promote_types(d1.dtype, d2.dtype)
-            return Transitions(torch.cat([d1.to(dtype).expand(*batch, *d1.shape[-2:]),
-                                          d2.to(dtype).expand(*batch, *d2.shape[-2:])], -1), "diag")
+            cast = lambda t: t if t.dtype == dtype else t.to(dtype)  # noqa: E731
+            return Transitions(torch.cat([cast(fit(d1, n1)), cast(fit(d2, n2))], -1), "diag")
         A1, A2 = self.matrices(n1), other.matrices(n2)
         dtype = torch.promote_types(A1.dtype, A2.dtype)
         A1, A2 = A1.to(dtype).expand(*batch, *A1.shape[-3:]), A2.to(dtype).expand(*batch, *A2.shape[-3:])

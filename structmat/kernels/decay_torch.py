@@ -27,6 +27,11 @@ def _chunks(t: torch.Tensor, L: int, *, edge: bool = False) -> torch.Tensor:
     return t.reshape(t.shape[0], t.shape[1] // L, L, *t.shape[2:])  # (not -1: ambiguous for an empty batch)
 
 
+def _cast(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``t.to(dtype)`` where the dtypes differ (a no-op ``to`` costs a few microseconds: tens per short call)."""
+    return t if t.dtype == dtype else t.to(dtype)
+
+
 def _work_dtype(*tensors) -> torch.dtype:
     """float32 (float64 stays float64), complex where an input is complex."""
     work = torch.float64 if any(t.dtype in (torch.float64, torch.complex128) for t in tensors) else torch.float32
@@ -66,44 +71,51 @@ def decay_chunked_torch(x, log_a, B, C, *, scale=None, D=None, z=None, initial_s
         return (out, state, x.new_zeros(b, 0, h, p, n, dtype=work)) if return_chunk_states else (out, state)
     real = real_dtype(work)
     L = chunk_size
-    Bh = _chunks(B.to(work).repeat_interleave(h // g, dim=2), L)  # (b, c, L, h, n)
-    Ch = _chunks(C.to(work).repeat_interleave(h // g, dim=2), L)
-    xc = _chunks(x.to(work), L)  # (b, c, L, h, p)
-    s = torch.ones_like(log_a, dtype=real) if scale is None else scale.to(real)
-    sc = _chunks(s, L).permute(0, 3, 1, 2)  # (b, h, c, L)
-    la = _chunks(log_a.to(real), L).permute(0, 3, 1, 2)  # (b, h, c, L)
+    Bh, Ch = (_chunks(_cast(t, work) if g == h else _cast(t, work).repeat_interleave(h // g, dim=2), L) for t in (B, C))
+    xc = _chunks(_cast(x, work), L)  # (b, c, L, h, p)
+    la = _chunks(_cast(log_a, real), L).permute(0, 3, 1, 2)  # (b, h, c, L)
     seg = segsum(la)  # (b, h, c, L, L)
-    survives = continues = 1.0
+    survives = continues = None
     if seq_idx is not None:
         same, survives, continues = _masks(seq_idx, L, real)
         seg = seg.masked_fill(~same, float("-inf"))
     decay = torch.exp(seg)
+    to_end = decay[..., -1, :]  # (b, h, c, L): source step to the chunk end
+    if scale is not None:  # the input scale of each source step
+        sc = _chunks(_cast(scale, real), L).permute(0, 3, 1, 2)  # (b, h, c, L)
+        decay, to_end = decay * sc[..., None, :], to_end * sc
+    if survives is not None:
+        to_end = to_end * survives
     # pairwise contractions in a fixed order: a many-operand einsum may broadcast C against B
     # before contracting n, an (L x L x N) intermediate per chunk
-    scores = torch.einsum("bclhn,bcshn->bhcls", Ch, Bh) * (decay * sc[..., None, :]).to(work)
+    scores = torch.einsum("bclhn,bcshn->bhcls", Ch, Bh) * _cast(decay, work)
     y = torch.einsum("bhcls,bcshp->bclhp", scores, xc)
 
-    to_end = decay[..., -1, :] * survives * sc  # (b, h, c, L): source step to the chunk end
-    chunk_states = torch.einsum("bcshn,bcshp->bchpn", Bh, xc * to_end.permute(0, 2, 3, 1)[..., None].to(work))
-    from_start = torch.exp(torch.cumsum(la, dim=-1)) * continues  # (b, h, c, L): chunk start to step
+    chunk_states = torch.einsum("bcshn,bcshp->bchpn", Bh, xc * _cast(to_end.permute(0, 2, 3, 1)[..., None], work))
+    from_start = torch.exp(torch.cumsum(la, dim=-1))  # (b, h, c, L): chunk start to step
+    if continues is not None:
+        from_start = from_start * continues
     # the chunk decays multiply T / L times: in double precision (exp(-6.4e-6) in float32 is off by
     # 3e-8 absolute, and that bias compounds to 1e-4 over 10^6 steps of decays 1 - 1e-7)
-    chunk_decay = torch.exp(la.to(torch.float64).sum(-1)) * (continues[..., -1] if seq_idx is not None else 1.0)
+    chunk_decay = torch.exp(la.to(torch.float64).sum(-1))
+    if continues is not None:
+        chunk_decay = chunk_decay * continues[..., -1]
 
     # the state passes over T / L chunks in double precision, then is rounded once per chunk
     wide = torch.complex128 if work.is_complex else torch.float64
-    state = x.new_zeros(b, h, p, n, dtype=wide) if initial_state is None else initial_state.to(wide)
+    state = x.new_zeros(b, h, p, n, dtype=wide) if initial_state is None else _cast(initial_state, wide)
+    steps = _cast(chunk_decay, wide).movedim(2, 0)[..., None, None]  # (c, b, h, 1, 1)
     entering = []
     for c in range(xc.shape[1]):
         entering.append(state)
-        state = chunk_decay[:, :, c, None, None].to(wide) * state + chunk_states[:, c]
+        state = steps[c] * state + chunk_states[:, c]
     entering = torch.stack(entering, dim=1).to(work)  # (b, c, h, p, n)
     state = state.to(work)
-    y = y + torch.einsum("bclhn,bchpn->bclhp", Ch, entering) * from_start.permute(0, 2, 3, 1)[..., None].to(work)
+    y = y + torch.einsum("bclhn,bchpn->bclhp", Ch, entering) * _cast(from_start.permute(0, 2, 3, 1)[..., None], work)
     y = y.reshape(b, y.shape[1] * y.shape[2], h, p)[:, :l]
     if D is not None:
-        y = y + x.to(work) * (D if D.dim() == 2 else D[:, None]).to(work)
+        y = y + _cast(x, work) * _cast(D if D.dim() == 2 else D[:, None], work)
     if z is not None:
-        y = y * F.silu(z.to(work))
-    out = y.to(x.dtype) if not (y.is_complex() and not x.is_complex()) else y
+        y = y * F.silu(_cast(z, work))
+    out = _cast(y, x.dtype) if not (y.is_complex() and not x.is_complex()) else y
     return (out, state, entering) if return_chunk_states else (out, state)

@@ -19,8 +19,14 @@ import torch
 from structmat.core.transitions import Transitions
 from structmat.core.validation import broadcast_shapes
 from structmat.linalg.scan import linear_scan
+from structmat.linalg.segsum import segment_products
 
-__all__ = ["Generators"]
+__all__ = ["Generators", "DENSE_BLOCK"]
+
+#: Most entries of one ``(*, n, T, T)`` block of segment products that :meth:`Generators.dense` forms at once
+#: (``2^22``, 32 MiB in float64): the dense form of an order-64 mask at ``T = 4096`` stays within a few times its
+#: own size.
+DENSE_BLOCK = 1 << 22
 
 
 @dataclass(frozen=True)
@@ -65,9 +71,11 @@ class Generators:
                           self.C.narrow(-2, start, length), D)
 
     def expand(self, batch) -> Generators:
+        """Every parameter expanded to ``batch`` (those already there as they are: an expand costs more than the check)."""
         T, N = self.length, self.order
-        D = None if self.D is None else self.D.expand(*batch, T)
-        return Generators(self.A.expand(batch), self.B.expand(*batch, T, N), self.C.expand(*batch, T, N), D)
+        fit = lambda t, *shape: t if t is None or t.shape == shape else t.expand(*shape)  # noqa: E731
+        A = self.A if self.A.batch_shape == tuple(batch) else self.A.expand(batch)
+        return Generators(A, fit(self.B, *batch, T, N), fit(self.C, *batch, T, N), fit(self.D, *batch, T))
 
     def with_diagonal(self, D: torch.Tensor | None) -> Generators:
         return Generators(self.A, self.B, self.C, D)
@@ -94,18 +102,28 @@ class Generators:
         return Y, h[..., -1, :, :]
 
     def dense(self) -> torch.Tensor:
-        """The lower matrix ``(*, T, T)`` from the definition, column recurrences vectorised: ``O(T^2 N^2)``."""
+        """The lower matrix ``(*, T, T)`` from the definition.
+
+        Scalar and diagonal transitions: ``M[j, i] = sum_n C_j[n] P_n[j, i] B_i[n]`` with the segment products
+        ``P`` of :func:`~structmat.linalg.segsum.segment_products` (``O(T^2 N)``, in blocks of states of at most
+        :data:`DENSE_BLOCK` entries; :func:`structmat.linalg.dense_form.sss_dense` takes long sequences in
+        chunks). Dense transitions: the product with the identity through the blocked scan, ``O(T^2 N^2)``.
+        No Python loop over time.
+        """
         G = self.expand(self.batch_shape)
-        T = G.length
-        rows = []
-        V = None  # V[..., :, i] = A_j ... A_{i+1} B_i for the columns i < j seen so far
-        for j in range(T):
-            Bj = G.B[..., j, :, None]
-            V = Bj if V is None else torch.cat([G.A.narrow(j, 1).apply(V[..., None, :, :])[..., 0, :, :], Bj], dim=-1)
-            row = (G.C[..., j, :, None] * V).sum(-2)  # (*, j+1)
-            if G.D is not None:
-                row = torch.cat([row[..., :-1], G.D[..., j, None].to(row.dtype)], dim=-1)
-            rows.append(torch.nn.functional.pad(row, (0, T - j - 1)))
-        if not rows:
-            return G.B.new_zeros(*G.batch_shape, 0, 0)
-        return torch.stack(rows, dim=-2)
+        T, N = G.length, G.order
+        if G.A.kind == "dense":
+            eye = torch.eye(T, dtype=torch.promote_types(G.B.dtype, G.A.dtype), device=G.B.device)
+            return G.matmat(eye)[0]
+        P = segment_products(G.A)
+        if G.A.kind != "diag":  # scalar kinds: one product for every state
+            M = P.to(G.B.dtype) * (G.C @ G.B.mT)
+        else:
+            Ct, Bt = G.C.mT, G.B.mT  # (*, N, T)
+            step = max(1, DENSE_BLOCK // max(1, P[..., :1, :, :].numel()))
+            M = sum((Ct[..., n:n + step, :, None] * P[..., n:n + step, :, :] * Bt[..., n:n + step, None, :]).sum(-3)
+                    for n in range(0, N, step)) if N else G.B.new_zeros(*G.batch_shape, T, T)
+        if G.D is None:
+            return M
+        eye = torch.eye(T, dtype=torch.bool, device=M.device)
+        return torch.where(eye, torch.diag_embed(G.D.to(M.dtype)), M)

@@ -6,7 +6,7 @@ import torch
 
 from structmat.core import small
 from structmat.core.base import StructuredMatrix
-from structmat.core.validation import as_tensor, broadcast_batch, check_finite, trusted_parameters
+from structmat.core.validation import as_tensor, broadcast_batch, check_finite
 from structmat.matrices.sss import SSS
 
 __all__ = ["Bidiagonal"]
@@ -55,6 +55,18 @@ class Bidiagonal(StructuredMatrix):
         T = diag.shape[-1]
         super().__init__((*batch, T, T), dtype, diag.device)
 
+    @classmethod
+    def _of(cls, diag: torch.Tensor, sub: torch.Tensor, lower: bool) -> Bidiagonal:
+        """The bidiagonal matrix of ``diag (*, T)`` and ``sub (*, T - 1)`` computed from checked matrices (one dtype
+        and device, batches that broadcast): unchecked (a closure operation on small matrices costs less than
+        the constructor's checks)."""
+        M = object.__new__(Bidiagonal)
+        M.diag, M.sub, M.lower = diag, sub, lower
+        batch = diag.shape[:-1] if diag.shape[:-1] == sub.shape[:-1] else torch.broadcast_shapes(diag.shape[:-1], sub.shape[:-1])
+        T = diag.shape[-1]
+        StructuredMatrix.__init__(M, (*batch, T, T), diag.dtype, diag.device)
+        return M
+
     def matvec_flops(self, K: int) -> float:
         return 3.0 * K * self.shape[-1]
 
@@ -75,11 +87,7 @@ class Bidiagonal(StructuredMatrix):
 
     @property
     def T(self) -> Bidiagonal:
-        def build():
-            with trusted_parameters():  # checked when this one was made
-                return Bidiagonal(self.diag, self.sub, lower=not self.lower)
-
-        return small.keep(self, "T", build)
+        return small.keep(self, "T", lambda: Bidiagonal._of(self.diag, self.sub, not self.lower))
 
     def _scale(self, s) -> Bidiagonal:
         return Bidiagonal(self.diag * s, self.sub * s, lower=self.lower)

@@ -30,6 +30,15 @@ class Diagonal(StructuredMatrix):
         self.d = d
         super().__init__((*d.shape, d.shape[-1]), d.dtype, d.device)
 
+    @classmethod
+    def _of(cls, d: torch.Tensor) -> Diagonal:
+        """The diagonal matrix of ``d (*, T)`` computed from checked matrices: unchecked (a closure operation on
+        small matrices costs less than the constructor's checks)."""
+        M = object.__new__(Diagonal)
+        M.d = d
+        StructuredMatrix.__init__(M, (*d.shape, d.shape[-1]), d.dtype, d.device)
+        return M
+
     def matvec_flops(self, K: int) -> float:
         return float(K * self.shape[-1])
 

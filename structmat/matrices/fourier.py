@@ -92,6 +92,16 @@ class Fourier(StructuredMatrix):
         super().__init__((*lam.shape[:-1], T, T), precision if self.real else complex_dtype(precision), lam.device)
 
     @classmethod
+    def _of(cls, eigvals: torch.Tensor, real: bool, dtype: torch.dtype) -> Fourier:
+        """The circulant of a spectrum computed from checked matrices (kept in the spectrum dtype of ``dtype``, the
+        matrix's dtype): unchecked (a closure operation on small matrices costs less than the constructor's checks)."""
+        M = object.__new__(Fourier)
+        M.eigvals, M.real = eigvals, real
+        T = eigvals.shape[-1]
+        StructuredMatrix.__init__(M, (*eigvals.shape[:-1], T, T), dtype, eigvals.device)
+        return M
+
+    @classmethod
     def from_kernel(cls, c, *, dtype: torch.dtype | None = None, device=None) -> Fourier:
         """Circulant with first column ``c`` (shape ``(*, T)``); ``dtype``, ``device`` as in the constructor."""
         c, dtype, precision = _sequence(c, "c", dtype, device)
@@ -143,10 +153,10 @@ class Fourier(StructuredMatrix):
 
     @property
     def T(self) -> Fourier:
-        return self._with(_reverse_spectrum(self.eigvals))
+        return Fourier._of(_reverse_spectrum(self.eigvals), self.real, self.dtype)
 
     def conj(self) -> Fourier:
-        return self._with(_reverse_spectrum(self.eigvals).conj())
+        return Fourier._of(_reverse_spectrum(self.eigvals).conj(), self.real, self.dtype)
 
     def _scale(self, s) -> Fourier:
         real = self.real and not (isinstance(s, complex) or (torch.is_tensor(s) and s.is_complex()))

@@ -36,6 +36,16 @@ class LowRank(StructuredMatrix):
         self.U, self.V = U.to(dtype), V.to(dtype)
         super().__init__((*batch, U.shape[-2], V.shape[-2]), dtype, U.device)
 
+    @classmethod
+    def _of(cls, U: torch.Tensor, V: torch.Tensor) -> LowRank:
+        """``U V^T`` of factors computed from checked matrices (one dtype and device, batches that broadcast):
+        unchecked (a closure operation on small matrices costs less than the constructor's checks)."""
+        M = object.__new__(LowRank)
+        M.U, M.V = U, V
+        batch = U.shape[:-2] if U.shape[:-2] == V.shape[:-2] else torch.broadcast_shapes(U.shape[:-2], V.shape[:-2])
+        StructuredMatrix.__init__(M, (*batch, U.shape[-2], V.shape[-2]), U.dtype, U.device)
+        return M
+
     @property
     def order(self) -> int:
         return self.U.shape[-1]
@@ -58,7 +68,7 @@ class LowRank(StructuredMatrix):
 
     @property
     def T(self) -> LowRank:
-        return LowRank(self.V, self.U)
+        return LowRank._of(self.V, self.U)
 
     def _scale(self, s) -> LowRank:
         return LowRank(self.U * s, self.V)

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import threading
-from collections.abc import Iterator
 
 import torch
 
@@ -23,7 +21,7 @@ from structmat.core.validation import (
     trusted_parameters,
 )
 from structmat.linalg.first_order import first_order_scan
-from structmat.linalg.segsum import segsum
+from structmat.linalg.segsum import decay_products
 from structmat.linalg.semiseparable import Generators
 from structmat.matrices.sss import SSS
 
@@ -32,12 +30,10 @@ __all__ = ["OneSS", "safe_log", "zero_decays_added_by_caller"]
 _CALLER = threading.local()
 
 
-@contextlib.contextmanager
-def zero_decays_added_by_caller() -> Iterator[None]:
+def zero_decays_added_by_caller() -> thread_flag:
     """Within the block ``to_dense`` leaves out its zero-decay gradient terms: the caller adds them for its
     whole result (``sma`` does, for every order)."""
-    with thread_flag(_CALLER, "adds", True, default=False):
-        yield
+    return thread_flag(_CALLER, "adds", True, default=False)
 
 
 def safe_log(a: torch.Tensor) -> torch.Tensor:
@@ -117,6 +113,27 @@ class OneSS(SSS):
             return SSS(G.A, G.B, G.C, G.D, lower=lower)
         return OneSS(log_a, b=G.B[..., 0], c=G.C[..., 0], lower=lower)
 
+    @classmethod
+    def _assemble(cls, G: Generators, lower: bool, batch: tuple[int, ...]) -> SSS:
+        """A OneSS where the generators allow one (log decays, order 1, no explicit diagonal), else an SSS;
+        unchecked, as :meth:`SSS._assemble`."""
+        if G.A.kind != "log" or G.B.shape[-1] != 1 or G.D is not None:
+            return SSS._assemble(G, lower, batch)
+        return OneSS._of(G.A.values, G.B[..., 0], G.C[..., 0], lower, batch)
+
+    @classmethod
+    def _of(cls, log_a: torch.Tensor, b: torch.Tensor | None, c: torch.Tensor | None, lower: bool,
+            batch: tuple[int, ...], decays: torch.Tensor | None = None) -> OneSS:
+        """The OneSS of parameters taken from checked matrices (real ``log_a``, shapes that fit, ``batch`` their
+        broadcast batch): unchecked, as :meth:`SSS._assemble`."""
+        M = object.__new__(OneSS)
+        ones = None if b is not None and c is not None else \
+            torch.ones((), dtype=log_a.dtype, device=log_a.device).expand(*log_a.shape, 1)
+        M._set(Generators(Transitions(log_a, "log"), ones if b is None else b[..., None], ones if c is None else c[..., None]),
+               lower, batch)
+        M.log_a, M.b, M.c, M.decays = M.transitions.values, b, c, decays
+        return M
+
     # --- structure: unit scalings stay None (the matvec then skips them) ---------------------------
     def _with_decays(self, decays: torch.Tensor | None) -> OneSS:
         self.decays = decays if decays is None or decays.dtype == self.log_a.dtype else decays.to(self.log_a.dtype)
@@ -135,11 +152,8 @@ class OneSS(SSS):
 
     @property
     def T(self) -> OneSS:
-        def build():
-            with trusted_parameters():  # checked when this one was made
-                return OneSS(self.log_a, b=self.b, c=self.c, lower=not self.lower)._with_decays(self.decays)
-
-        return small.keep(self, "T", build)
+        return small.keep(self, "T", lambda: OneSS._of(self.log_a, self.b, self.c, not self.lower, self.batch_shape,
+                                                       self.decays))
 
     def _scale(self, s) -> OneSS:
         c = torch.ones_like(self.log_a, dtype=self.dtype) if self.c is None else self.c
@@ -148,8 +162,8 @@ class OneSS(SSS):
     def reverse(self) -> OneSS:
         flip = lambda t: None if t is None else torch.flip(t, (-1,))  # noqa: E731
         rev = lambda t: None if t is None else torch.roll(torch.flip(t, (-1,)), 1, dims=-1)  # noqa: E731
-        out = OneSS(self.transitions.reversed().values, b=flip(self.c), c=flip(self.b), lower=not self.lower)
-        return out._with_decays(rev(self.decays))
+        return OneSS._of(self.transitions.reversed().values, flip(self.c), flip(self.b), not self.lower, self.batch_shape,
+                         rev(self.decays))
 
     # --- constructors -------------------------------------------------------------------------------
     @classmethod
@@ -192,9 +206,9 @@ class OneSS(SSS):
 
     # --- products -----------------------------------------------------------------------------------
     def to_dense(self) -> torch.Tensor:
-        """``c_j exp(segsum(log_a))[j, i] b_i``, the segment sums as masked cumulative sums."""
-        log_a = torch.cat([torch.zeros_like(self.log_a[..., :1]), self.log_a[..., 1:]], dim=-1)
-        L = torch.exp(segsum(log_a)).to(self.dtype)
+        """``c_j exp(segsum(log_a))[j, i] b_i``, the segment sums as short cumulative sums
+        (:func:`~structmat.linalg.segsum.decay_products`)."""
+        L = decay_products(self.log_a).to(self.dtype)  # log_a[..., 0] never enters
         C, B = self.C[..., 0], self.B[..., 0]
         dense = (C[..., :, None] * L * B[..., None, :] + self._zero_decay_terms(L, C, B)).expand(self.shape)
         return dense if self.lower else dense.transpose(-1, -2)

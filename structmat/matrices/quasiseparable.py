@@ -11,9 +11,10 @@ import torch
 
 from structmat.core import small
 from structmat.core.base import StructuredMatrix
-from structmat.core.validation import as_tensor, broadcast_batch, check_finite, check_same_device, trusted_parameters
+from structmat.core.validation import as_tensor, broadcast_batch, check_finite, check_same_device
 from structmat.linalg.quasiseparable_lu import quasiseparable_lu
 from structmat.linalg.quasiseparable_solve import quasiseparable_solve
+from structmat.linalg.semiseparable import Generators
 from structmat.matrices.one_ss import OneSS
 from structmat.matrices.sss import SSS
 
@@ -22,8 +23,9 @@ __all__ = ["Quasiseparable"]
 
 def strict_part(M: SSS) -> SSS:
     """The strictly triangular part of ``M``: the same generators with an explicit zero diagonal."""
-    G = M.generators.expand(M.batch_shape)
-    return SSS(G.A, G.B, G.C, torch.zeros(M.shape[:-1], dtype=M.dtype, device=M.device), lower=M.lower)
+    G = M.generators
+    zeros = torch.zeros((), dtype=M.dtype, device=M.device).expand(*G.B.shape[:-1])
+    return SSS._assemble(Generators(G.A, G.B, G.C, zeros), M.lower, M.batch_shape)
 
 
 def _check_part(M, name: str, lower: bool, like: SSS | None = None, like_name: str = "", *, same_device: bool = True) -> None:
@@ -89,12 +91,23 @@ class Quasiseparable(StructuredMatrix):
                              f"diag {tuple(d.shape)} (expected (*, T, T), (*, T, T) and (*, T) with batch dims * "
                              "that broadcast)") from err
         dtype = torch.promote_types(torch.promote_types(lower.dtype, upper.dtype), d.dtype)
-        self.lower_part = strict_part(lower.to(dtype))
-        self.upper_part = strict_part(upper.to(dtype))
-        self.diag = d.to(dtype)
+        self.lower_part = strict_part(lower if lower.dtype == dtype else lower.to(dtype))
+        self.upper_part = strict_part(upper if upper.dtype == dtype else upper.to(dtype))
+        self.diag = d if d.dtype == dtype else d.to(dtype)
         T = d.shape[-1]
         self.decay_parts: tuple[OneSS, OneSS] | None = None  # set by lion(): see _lion
         super().__init__((*batch, T, T), dtype, d.device)
+
+    @classmethod
+    def _of(cls, lower: SSS, upper: SSS, diag: torch.Tensor, batch: tuple[int, ...]) -> Quasiseparable:
+        """From strictly triangular parts (explicit zero diagonals, :func:`strict_part`) and a diagonal computed
+        from checked matrices, of one dtype and device, ``batch`` their broadcast batch: unchecked (a closure
+        operation on small matrices costs less than the constructor's checks)."""
+        M = object.__new__(Quasiseparable)
+        M.lower_part, M.upper_part, M.diag, M.decay_parts = lower, upper, diag, None
+        T = diag.shape[-1]
+        StructuredMatrix.__init__(M, (*batch, T, T), diag.dtype, diag.device)
+        return M
 
     @classmethod
     def bidirectional(cls, forward: SSS, backward: SSS, diag=None, *, dtype: torch.dtype | None = None,
@@ -205,11 +218,8 @@ class Quasiseparable(StructuredMatrix):
 
     @property
     def T(self) -> Quasiseparable:
-        def build():
-            with trusted_parameters():  # checked when this one was made
-                return Quasiseparable(self.upper_part.T, self.lower_part.T, self.diag)
-
-        return small.keep(self, "T", build)
+        return small.keep(self, "T", lambda: Quasiseparable._of(self.upper_part.T, self.lower_part.T, self.diag,
+                                                                self.batch_shape))
 
     def _scale(self, s) -> Quasiseparable:
         return Quasiseparable(self.lower_part * s, self.upper_part * s, self.diag * s)

@@ -12,6 +12,7 @@ from structmat.core.transitions import Transitions
 from structmat.core.validation import as_tensor, broadcast_batch, check_dtype, check_finite, check_same_device, trusted_parameters
 from structmat.linalg import banded
 from structmat.linalg.block_solve import block_solve
+from structmat.linalg.dense_form import sss_dense
 from structmat.linalg.realization import minimal_realization
 from structmat.linalg.semiseparable import Generators
 
@@ -114,6 +115,27 @@ class SSS(StructuredMatrix):
     def _from_generators(cls, G: Generators, lower: bool) -> SSS:
         return SSS(G.A, G.B, G.C, G.D, lower=lower)
 
+    @classmethod
+    def _assemble(cls, G: Generators, lower: bool, batch: tuple[int, ...]) -> SSS:
+        """The SSS of generators that an operation computed from checked matrices: on one device, with shapes
+        that fit (``batch`` their broadcast batch). Dtypes are promoted; nothing is checked (a closure
+        operation on small matrices costs less than the constructor's checks)."""
+        M = object.__new__(SSS)
+        M._set(G, lower, batch)
+        return M
+
+    def _set(self, G: Generators, lower: bool, batch: tuple[int, ...]) -> None:
+        """The state of an SSS with generators ``G`` (see :meth:`_assemble`)."""
+        dtype = G.B.dtype
+        for t in (G.C, G.D):
+            if t is not None and t.dtype != dtype:
+                dtype = torch.promote_types(dtype, t.dtype)
+        dtype = G.A.promote(dtype)
+        cast = lambda t: t if t is None or t.dtype == dtype else t.to(dtype)  # noqa: E731
+        self.transitions, self.B, self.C, self.D, self.lower = G.A.cast(dtype), cast(G.B), cast(G.C), cast(G.D), lower
+        T = G.B.shape[-2]
+        StructuredMatrix.__init__(self, (*batch, T, T), dtype, G.B.device)
+
     def diagonal(self) -> torch.Tensor:
         return self.generators.diagonal().expand(self.shape[:-1])
 
@@ -129,11 +151,7 @@ class SSS(StructuredMatrix):
 
     @property
     def T(self) -> SSS:
-        def build():
-            with trusted_parameters():  # checked when this one was made
-                return self._from_generators(self.generators, not self.lower)
-
-        return small.keep(self, "T", build)
+        return small.keep(self, "T", lambda: self._assemble(self.generators, not self.lower, self.batch_shape))
 
     def _scale(self, s) -> SSS:
         G = self.generators
@@ -141,7 +159,7 @@ class SSS(StructuredMatrix):
 
     def reverse(self) -> SSS:
         """``J M J`` with ``J`` the reversal of time (lower becomes upper and back)."""
-        return self._from_generators(self.generators.flipped(), not self.lower)
+        return self._assemble(self.generators.flipped(), not self.lower, self.batch_shape)
 
     # --- products -----------------------------------------------------------------------------------
     def _matmat(self, X: torch.Tensor) -> torch.Tensor:
@@ -159,8 +177,9 @@ class SSS(StructuredMatrix):
         return small.keep(self, ("band", solve), lambda: banded.band(self.generators, solve))
 
     def to_dense(self) -> torch.Tensor:
-        """Entry by entry from the definition: ``O(T^2 N^2)``."""
-        dense = self.generators.dense().expand(self.shape)
+        """From the definition, ``O(T^2 N)`` for scalar and diagonal transitions, ``O(T^2 N^2)`` for dense ones
+        (:func:`~structmat.linalg.dense_form.sss_dense`)."""
+        dense = sss_dense(self.generators).expand(self.shape)
         return dense if self.lower else dense.transpose(-1, -2)
 
     def solve(self, Y) -> torch.Tensor:

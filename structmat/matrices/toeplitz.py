@@ -106,6 +106,22 @@ class Toeplitz(StructuredMatrix):
         self._r = torch.cat([c[..., :1], r[..., 1:]], dim=-1) if c.shape[-1] and r.shape[-1] else r  # r[0] := c[0]
         super().__init__((*batch, c.shape[-1], r.shape[-1]), dtype, c.device)
 
+    @classmethod
+    def _of(cls, c: torch.Tensor, r: torch.Tensor | None) -> Toeplitz:
+        """The Toeplitz matrix of a first column and row computed from checked matrices, causal where ``r`` is None
+        (else ``r[..., 0] == c[..., 0]``, one dtype and device, batches that broadcast): unchecked (a closure
+        operation on small matrices costs less than the constructor's checks)."""
+        M = object.__new__(Toeplitz)
+        M.is_causal, M._lower = r is None, None
+        if r is None:
+            M.c, M._r = c, None
+            StructuredMatrix.__init__(M, (*c.shape, c.shape[-1]), c.dtype, c.device)
+            return M
+        batch = c.shape[:-1] if c.shape[:-1] == r.shape[:-1] else torch.broadcast_shapes(c.shape[:-1], r.shape[:-1])
+        M.c, M._r = c.expand(*batch, c.shape[-1]), r.expand(*batch, r.shape[-1])
+        StructuredMatrix.__init__(M, (*batch, c.shape[-1], r.shape[-1]), c.dtype, c.device)
+        return M
+
     @property
     def r(self) -> torch.Tensor:
         """First row, ``(*, S)`` (``r[..., 0] == c[..., 0]``)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from structmat.attention.heads import add_diagonal, mask_as_bh, out_dtype, time_blocks, time_tile
+from structmat.attention.heads import add_diagonal, mask_as_bh, mask_to_bh, out_dtype, time_blocks, time_tile
 from structmat.attention.orders.registry import Cost, Order, Problem
 from structmat.attention.tuning import Tuning
 from structmat.core.base import StructuredMatrix
@@ -44,7 +44,7 @@ def chunk_terms(mask: StructuredMatrix) -> list[SSS] | None:
     if log_a is None:
         return [mask]
     log_a = torch.cat([torch.zeros_like(log_a[..., :1, :]), log_a[..., 1:, :]], dim=-2)
-    return [OneSS(log_a[..., m], b=G.B[..., m], c=G.C[..., m], lower=mask.lower) for m in range(mask.order)]
+    return [OneSS._of(log_a[..., m], G.B[..., m], G.C[..., m], mask.lower, mask.batch_shape) for m in range(mask.order)]
 
 
 def _chunked_tile(tuning: Tuning, p: Problem, chunk: int) -> int:
@@ -53,28 +53,35 @@ def _chunked_tile(tuning: Tuning, p: Problem, chunk: int) -> int:
     return max(chunk, time_tile(tuning, p.T, per_step) // chunk * chunk)
 
 
-def _one(q, k, v, mask: OneSS, scale: float, tuning: Tuning, chunk: int, out: torch.Tensor) -> None:
-    """Add ``sma(q, k, v, mask)`` for a OneSS mask into ``out`` through the chunked-decay primitive:
-    ``x = v``, ``log_a`` the mask's decays, ``B = k b``, ``C = q c``; time blocks with the state carried."""
+def _one(q, k, v, mask: OneSS, scale: float, tuning: Tuning, chunk: int, dtype: torch.dtype) -> torch.Tensor:
+    """``sma(q, k, v, mask)`` for a OneSS mask through the chunked-decay primitive, in ``dtype``: ``x = v``,
+    ``log_a`` the mask's decays, ``B = k b``, ``C = q c`` (unit scalings skipped); time blocks with the state
+    carried."""
     Bsz, T, H, N = q.shape
     reverse = not mask.lower  # an upper mask is the lower one in reversed time
     lower = mask.reverse() if reverse else mask
-    lower = mask_as_bh(lower, Bsz, H)
-    expand = lambda t: t.expand(Bsz, H, T).transpose(1, 2)  # noqa: E731  (B, T, H)
+    mask_to_bh(lower, Bsz, H)
+    # a parameter (*, T) with batch dims broadcasting to (B, H): (B, T, H)
+    expand = lambda t: None if t is None else t.reshape((1,) * (3 - t.dim()) + t.shape).expand(Bsz, H, T).transpose(1, 2)  # noqa: E731
     log_a = expand(torch.cat([torch.zeros_like(lower.log_a[..., :1]), lower.log_a[..., 1:]], -1))
-    b, c = expand(lower.B[..., 0])[..., None], expand(lower.C[..., 0])[..., None]
-    kernel = chunk in TRITON_CHUNKS and triton_applies(v, log_a, b, c)
+    b, c = (None if t is None else t[..., None] for t in (expand(lower.b), expand(lower.c)))
+    v = v if v.dtype == dtype else v.to(dtype)
+    kernel = chunk in TRITON_CHUNKS and triton_applies(v, log_a, k if b is None else b, q if c is None else c)
     backend = "triton" if kernel else "torch"
     p = Problem(Bsz, T, T, H, N, v.shape[-1], 0, chunk)
     tile = T if kernel else _chunked_tile(tuning, p, chunk)
-    state = None
-    for steps, src, take in time_blocks(T, tile, reverse):
-        kb, qc = take(k) * b[:, steps], take(q) * c[:, steps]
+    state, parts = None, []
+    for steps, _, take in time_blocks(T, tile, reverse):
+        kb = take(k) if b is None else take(k) * b[:, steps]
+        qc = take(q) if c is None else take(q) * c[:, steps]
         x, la = take(v), log_a[:, steps]
         if kernel:
             kb, qc, x, la = kb.to(k.dtype), qc.to(q.dtype), x, la.float()
         y, state = chunked_decay(x, la, kb, qc, initial_state=state, chunk_size=chunk, backend=backend)
-        out[:, src] += (torch.flip(y, (1,)) if reverse else y) * scale
+        parts.append(torch.flip(y, (1,)) if reverse else y)
+    y = parts[0] if len(parts) == 1 else torch.cat(parts[::-1] if reverse else parts, dim=1)  # (in input time)
+    y = y if y.dtype == dtype else y.to(dtype)
+    return y if isinstance(scale, float) and scale == 1.0 else y * scale
 
 
 def _sss(q, k, v, mask: SSS, scale: float, chunk: int) -> torch.Tensor:
@@ -100,34 +107,42 @@ def _sss(q, k, v, mask: SSS, scale: float, chunk: int) -> torch.Tensor:
     return torch.flip(y, (1,)) if reverse else y
 
 
+def term_orders(mask: StructuredMatrix) -> list[int]:
+    """The orders of :func:`chunk_terms` without forming the terms (nor reading the transitions: a signed
+    diagonal, rare, splits into one term of order ``N`` instead of ``N`` of order one)."""
+    if isinstance(mask, Quasiseparable):
+        return term_orders(mask.lower_part) + term_orders(mask.upper_part)
+    if isinstance(mask, OneSS) or mask.dtype.is_complex or mask.transitions.kind == "dense":
+        return [mask.order]
+    return [1] * mask.order
+
+
 class Chunked(Order):
     name = "chunked"
 
     def admissible(self, mask: StructuredMatrix) -> bool:
-        return chunk_terms(mask) is not None
+        return isinstance(mask, (SSS, Quasiseparable))  # chunk_terms(mask) is not None
 
     def cost(self, p: Problem, mask: StructuredMatrix, tuning: Tuning) -> Cost:
         L = min(p.chunk, p.T)
-        term_orders = [t.order for t in chunk_terms(mask)]
-        flops = sum(2 * p.BH * p.T * L * (p.N + p.P) + 4 * p.BH * p.T * n * p.N * p.P for n in term_orders)
+        term_orders_ = term_orders(mask)
+        flops = sum(2 * p.BH * p.T * L * (p.N + p.P) + 4 * p.BH * p.T * n * p.N * p.P for n in term_orders_)
         extra = sum(p.BH * (p.T // max(L, 1) + 1) * n * p.N * p.P * p.element_bytes + 4 * p.BH * p.T * L * p.element_bytes
-                    for n in term_orders)
+                    for n in term_orders_)
         tiles = -(-p.T // _chunked_tile(tuning, p, max(L, 1))) if tuning.time_blocks else 1
-        return Cost(flops, extra, len(term_orders) * tiles)
+        return Cost(flops, extra, len(term_orders_) * tiles)
 
     def run(self, q, k, v, mask, scale, tuning, chunk) -> torch.Tensor:
         terms = chunk_terms(mask)
         if terms is None:
             raise ValueError(f"the chunked order does not apply to {type(mask).__name__}")
-        Bsz, T, H, _ = q.shape
-        out = torch.zeros(Bsz, T, H, v.shape[-1], dtype=out_dtype(q, k, v, mask), device=v.device)
+        dtype = out_dtype(q, k, v, mask)
+        out = None
         for term in terms:
-            if isinstance(term, OneSS):
-                _one(q, k, v, term, scale, tuning, chunk, out)
-            else:
-                out += _sss(q, k, v, term, scale, chunk)
+            part = _one(q, k, v, term, scale, tuning, chunk, dtype) if isinstance(term, OneSS) else \
+                _sss(q, k, v, term, scale, chunk).to(dtype)
+            out = part if out is None else out + part
         if len(terms) == 1 and terms[0] is mask:
             return out
         correction = mask.diagonal() - sum(t.diagonal() for t in terms)
         return add_diagonal(out, correction, mask, q, k, v, scale)
-

@@ -38,6 +38,15 @@ def state_parts(mask: StructuredMatrix) -> list[tuple[Generators, bool]] | None:
     return None
 
 
+def part_orders(mask: StructuredMatrix) -> list[int] | None:
+    """The state sizes of :func:`state_parts` without forming the parts."""
+    if isinstance(mask, SSS):
+        return [mask.order]
+    if isinstance(mask, Quasiseparable):
+        return [mask.lower_part.order, mask.upper_part.order]
+    return None
+
+
 def matvec_length(mask: StructuredMatrix) -> int:
     """Elements per column that ``mask @ X`` works on: the circulant length of a Toeplitz FFT
     product (a power of two ``>= T + S - 1``), else the longer side."""
@@ -102,7 +111,7 @@ def _streamed(q, k, v, mask, parts, scale: float, tuning: Tuning, p: Problem) ->
                 part = torch.einsum("bhtn,bhtnp->bthp", qn.permute(0, 2, 1, 3).to(dtype), Y.reshape(Z.shape))
                 out[:, src] += torch.flip(part, (1,)) if reverse else part
     if isinstance(mask, Quasiseparable):
-        add_diagonal(out, mask.diagonal(), mask, q, k, v, 1.0)
+        out = add_diagonal(out, mask.diagonal(), mask, q, k, v, 1.0)
     return out * scale
 
 
@@ -114,12 +123,12 @@ class Linear(Order):
 
     def cost(self, p: Problem, mask: StructuredMatrix, tuning: Tuning) -> Cost:
         flops = 2 * p.BH * p.S * p.N * p.P + p.BH * mask.matvec_flops(p.N * p.P) + 2 * p.BH * p.T * p.N * p.P
-        parts = state_parts(mask)
+        parts = part_orders(mask)
         if tuning.time_blocks and parts is not None:
             extra, passes = 0, 0
-            for G, _ in parts:
-                n_slice, tile = streamed_sizes(tuning, p, G.order)
-                extra += 4 * p.BH * p.T * G.order * p.N * p.P * p.element_bytes
+            for order in parts:
+                n_slice, tile = streamed_sizes(tuning, p, order)
+                extra += 4 * p.BH * p.T * order * p.N * p.P * p.element_bytes
                 passes += -(-p.N // n_slice) * -(-p.T // tile) * (1 + int(math.log(max(tile, 2), 32)))
             return Cost(flops, extra, passes)
         n_slice, p_slice = linear_slices(tuning, matvec_length(mask), p.B, p.H, p.N, p.P)
