@@ -9,6 +9,7 @@ from conftest import close
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
 import bench_sizes  # noqa: E402
+import sizes_ops  # noqa: E402
 
 
 def _array(x) -> np.ndarray:
@@ -25,6 +26,7 @@ def checking_compare(case, T, ours, dense, *, cls, rounds=None):
 
 def test_every_section_agrees_with_its_dense_call(monkeypatch):
     monkeypatch.setattr(bench_sizes, "GRID", bench_sizes.TINY)
+    monkeypatch.setattr(sizes_ops, "GRID", sizes_ops.TINY)
     for name, section in bench_sizes.SECTIONS.items():
         rows = section(checking_compare)
         assert rows and all({"case", "class", "T", "ours_us", "dense_us", "ratio"} <= set(r) for r in rows), name
