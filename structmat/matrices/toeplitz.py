@@ -112,7 +112,7 @@ class Toeplitz(StructuredMatrix):
         (else ``r[..., 0] == c[..., 0]``, one dtype and device, batches that broadcast): unchecked (a closure
         operation on small matrices costs less than the constructor's checks)."""
         M = object.__new__(Toeplitz)
-        M.is_causal, M._lower = r is None, None
+        M.is_causal, M._lower, M.is_anticausal = r is None, None, False
         if r is None:
             M.c, M._r = c, None
             StructuredMatrix.__init__(M, (*c.shape, c.shape[-1]), c.dtype, c.device)
