@@ -166,7 +166,8 @@ def _runs(order: str, B: int, H: int, T: int) -> bool:
 def planner(compare) -> list[dict]:
     """Regret of ``order="auto"`` (planning included: each call plans, from the kept plans after the first) against
     the fastest admissible order, per grid point and mask class. One row per point: ``ours_us`` the auto call,
-    ``dense_us`` the fastest order (named in ``best``), ``ratio`` the regret; ``order`` is the plan's choice."""
+    ``dense_us`` the fastest order (named in ``best``), ``ratio`` the regret; ``order`` is the plan's choice and
+    ``times`` every order's time (us; what ``benchmarks/calibrate_plan.py`` fits)."""
     rows = []
     for B, H, N, P, T in _planner_points():
         g = torch.Generator().manual_seed(T)
@@ -175,13 +176,14 @@ def planner(compare) -> list[dict]:
         for name in GRID.planner_masks:
             mask = _mask(name, T, H)
             auto = lambda: sm.sma(q, k, v, mask)  # noqa: E731
-            timed = [compare(f"planner {order}", T, auto, lambda o=order: sm.sma(q, k, v, mask, order=o), cls=name) | {"o": order}
-                     for order in sm.attention.admissible(mask) if _runs(order, B, H, T)]
-            best = min(timed, key=lambda r: r["dense_us"])
-            ours = min(r["ours_us"] for r in timed)
+            timed = {order: compare(f"planner {order}", T, auto, lambda o=order: sm.sma(q, k, v, mask, order=o), cls=name)
+                     for order in sm.attention.admissible(mask) if _runs(order, B, H, T)}
+            best = min(timed, key=lambda o: timed[o]["dense_us"])
+            ours = min(r["ours_us"] for r in timed.values())
             rows.append({"case": f"planner B={B} H={H} N={N} P={P}", "class": name, "T": T, "ours_us": ours,
-                         "dense_us": best["dense_us"], "ratio": round(ours / best["dense_us"], 3),
-                         "order": sm.sma_plan(q, k, v, mask).order, "best": best["o"]})
+                         "dense_us": timed[best]["dense_us"], "ratio": round(ours / timed[best]["dense_us"], 3),
+                         "order": sm.sma_plan(q, k, v, mask).order, "best": best, "B": B, "H": H, "N": N, "P": P,
+                         "times": {o: r["dense_us"] for o, r in timed.items()}})
     return rows
 
 

@@ -24,7 +24,7 @@ from structmat.core.validation import (
     finite_checks_enabled,
 )
 from structmat.kernels.availability import eager_triton
-from structmat.kernels.chunked_decay import chunked_decay, states_after, triton_supports
+from structmat.kernels.chunked_decay import chunked_decay, states_after, torch_chunk, triton_supports
 
 __all__ = ["ssd", "ssd_step", "process_dt"]
 
@@ -236,7 +236,8 @@ def ssd(x, dt, A, B, C, chunk_size: int = 256, D=None, z=None, dt_bias=None, ini
     dt : ``(batch, seqlen, nheads)``
     A : ``(nheads,)``; the Triton kernels need ``dt A <= 0`` (``auto`` falls back to torch)
     B, C : ``(batch, seqlen, ngroups, dstate)``; heads share groups as in Mamba-2
-    chunk_size : int, block length (Triton: rounded up to a power of two in ``[16, 256]``); rounding only.
+    chunk_size : int, block length (Triton: rounded up to a power of two in ``[16, 256]``; torch: at most the
+        device's ``TORCH_CHUNK``, 64 on the CPU); the result does not depend on it.
     D : ``(nheads,)`` or ``(nheads, headdim)``, optional skip
     z : like ``x``, optional gate ``silu(z)``
     dt_bias : ``(nheads,)``, optional, added to ``dt``
@@ -266,7 +267,7 @@ def ssd(x, dt, A, B, C, chunk_size: int = 256, D=None, z=None, dt_bias=None, ini
     _check(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, dt_limit, return_varlen_states)
     x, B, C, dtp, log_a = _promoted(x, B, C, process_dt(dt, dt_bias, dt_softplus, dt_limit), A)
     backend, checked = _backend(backend, x, A, dt, dt_bias, log_a, B, C, _dt_nonnegative(dt_softplus, dt_limit))
-    chunk = _triton_chunk(chunk_size) if backend == "triton" else chunk_size
+    chunk = _triton_chunk(chunk_size) if backend == "triton" else torch_chunk(chunk_size, x.device)
     per_sequence, seq_idx = _sequences(initial_states, cu_seqlens, seq_idx, x)
     out, final, *states = chunked_decay(x, log_a, B, C, scale=dtp, D=D, z=None if per_sequence else z,
                                         initial_state=None if per_sequence else initial_states, seq_idx=seq_idx,

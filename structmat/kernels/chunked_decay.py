@@ -20,14 +20,16 @@ from structmat.core.validation import finite_checks_enabled
 from structmat.kernels.availability import triton_installed
 from structmat.kernels.decay_torch import decay_chunked_torch
 
-__all__ = ["chunked_decay", "triton_applies", "triton_supports", "decays_at_most_one", "states_after", "BACKENDS",
-           "TORCH_CHUNK"]
+__all__ = ["chunked_decay", "triton_applies", "triton_supports", "decays_at_most_one", "states_after", "torch_chunk",
+           "BACKENDS", "TORCH_CHUNK"]
 
 BACKENDS = ("auto", "torch", "triton")
 
-#: Default chunk of the torch implementation per device: on the CPU the ``L x L`` intra-chunk
-#: products dominate and 64 is about 3x faster than 256 at T = 4096 (``benchmarks/NOTES_sma.md``);
-#: on a GPU longer chunks mean fewer launches of the state pass.
+#: Longest chunk of the torch implementation per device (the default, and the cap of a longer ``chunk_size``:
+#: the result does not depend on it). On the CPU the ``L x L`` intra-chunk products dominate: measured (one
+#: thread, ``ssd(..., backend="torch")``, ms for chunks 16 / 32 / 64 / 128 / 256): b, l, h, p, n = 2, 4096, 8,
+#: 64, 64: 356 / 290 / 283 / 345 / 710; 1, 1024, 8, 64, 128: 59 / 51 / 48 / 63 / 92; 2, 16384, 4, 64, 64:
+#: 709 / 568 / 675 / 860 / 1655. On a GPU longer chunks mean fewer launches of the state pass.
 TORCH_CHUNK = {"cpu": 64, "cuda": 256}
 
 
@@ -35,6 +37,13 @@ def triton_supports(x: torch.Tensor, B: torch.Tensor, C: torch.Tensor) -> bool:
     """CUDA tensors with real data and Triton installed: what the kernels need apart from the decays
     (nothing is read from the data)."""
     return x.is_cuda and not any(t.is_complex() for t in (x, B, C)) and triton_installed()
+
+
+def torch_chunk(chunk_size: int | None, device: torch.device) -> int:
+    """The chunk the torch implementation takes on ``device``: ``chunk_size`` up to :data:`TORCH_CHUNK`
+    (256 on devices not measured)."""
+    cap = TORCH_CHUNK.get(device.type, 256)
+    return cap if chunk_size is None else min(chunk_size, cap)
 
 
 def triton_applies(x: torch.Tensor, log_a: torch.Tensor, B: torch.Tensor, C: torch.Tensor) -> bool:
@@ -81,7 +90,7 @@ def chunked_decay(x, log_a, B, C, *, scale=None, D=None, z=None, initial_state=N
         from structmat.kernels.decay_triton import decay_chunked_triton
 
         return decay_chunked_triton(x, log_a, B, C, chunk_size=chunk_size or 256, **kw)
-    return decay_chunked_torch(x, log_a, B, C, chunk_size=chunk_size or TORCH_CHUNK.get(x.device.type, 256), **kw)
+    return decay_chunked_torch(x, log_a, B, C, chunk_size=torch_chunk(chunk_size, x.device), **kw)
 
 
 def states_after(x, log_a, B, chunk_states, positions, *, scale=None, seq_idx=None, chunk_size: int) -> torch.Tensor:

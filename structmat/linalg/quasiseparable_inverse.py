@@ -49,10 +49,11 @@ def _backward_states(parts: DenseParts, f: LUFactors, v: torch.Tensor) -> torch.
     T = delta.shape[-1]
     if T == 0:
         return base.clone()
-    Z = torch.zeros_like(base[..., 0, :, :])
+    bases, betas, ells = base.unbind(-3), beta.unbind(-3), ell.unbind(-3)
+    Z = torch.zeros_like(bases[0])
     out = [Z]
     for k in range(T - 1, 0, -1):
-        Z = base[..., k, :, :] + beta[..., k, :, :] @ Z @ ell[..., k, :, :]
+        Z = bases[k] + betas[k] @ Z @ ells[k]
         out.append(Z)
     return torch.stack(out[::-1], dim=-3)
 

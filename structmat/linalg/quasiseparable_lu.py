@@ -66,28 +66,45 @@ def dense_parts(lower: Generators, upper: Generators, d: torch.Tensor, batch) ->
 def lu_recurrence(parts: DenseParts) -> LUFactors:
     """The recurrence of the module docstring, one Python step per position: ``O(T n_l n_u (n_l + n_u))``.
 
-    Raises :class:`~structmat.SingularMatrixError` when a leading principal minor vanishes.
+    A step works on ``F`` bordered by a zero row and column, ``F^ = [[F, 0], [0, 0]]``, with whole-matrix operations
+    only (slicing small tensors costs more than multiplying them)::
+
+        Y_k = [[A_k, 0], [p_k^T, 0]] F^_k [[Au_k^T, h_k], [0, 0]] - [[0, B_k], [Bu_k^T, d_k]]
+        F^_{k+1} = Y_k - Y_k e e^T Y_k / (e^T Y_k e)      (e the last unit vector)
+
+    so that ``delta_k = -Y_k[-1, -1]``, ``s_k = Y_k[:-1, -1] / Y_k[-1, -1]``, ``g_k = -Y_k[-1, :-1]`` and the Schur
+    complement of ``Y_k``'s corner is ``F_{k+1} = A_k F_k Au_k^T + s_k g_k^T``. Raises
+    :class:`~structmat.SingularMatrixError` when a leading principal minor vanishes (checked once, after the steps).
     """
     A, B, Au, Bu, d = parts.A, parts.B, parts.Au, parts.Bu, parts.d
-    batch, T = d.shape[:-1], d.shape[-1]
-    p = (A.mT @ parts.C[..., None])[..., 0]
-    h = (Au.mT @ parts.Cu[..., None])[..., 0]
-    F = d.new_zeros(*batch, A.shape[-1], Au.shape[-1])
-    ss, gs, deltas = [], [], []
-    for k in range(T):
-        Fh = (F @ h[..., k, :, None])[..., 0]
-        delta = d[..., k] - (p[..., k, :] * Fh).sum(-1)
-        if bool((delta == 0).any()):
-            raise SingularMatrixError(f"quasiseparable LU: leading principal minor {k + 1} is zero")
-        s = (B[..., k, :] - (A[..., k, :, :] @ Fh[..., None])[..., 0]) / delta[..., None]
-        g = Bu[..., k, :] - (Au[..., k, :, :] @ (F.mT @ p[..., k, :, None]))[..., 0]
-        F = A[..., k, :, :] @ F @ Au[..., k, :, :].mT + s[..., :, None] * g[..., None, :]
-        ss.append(s)
-        gs.append(g)
-        deltas.append(delta)
+    batch, T, nl, nu = d.shape[:-1], d.shape[-1], A.shape[-1], Au.shape[-1]
     if T == 0:
         return LUFactors(B.clone(), Bu.clone(), d.clone())
-    return LUFactors(torch.stack(ss, -2), torch.stack(gs, -2), torch.stack(deltas, -1))
+    p = (A.mT @ parts.C[..., None])[..., 0]
+    h = (Au.mT @ parts.Cu[..., None])[..., 0]
+    pad = torch.nn.functional.pad
+    left = pad(torch.cat([A, p[..., None, :]], dim=-2), (0, 1)).unbind(-3)  # [[A_k, 0], [p_k^T, 0]]
+    right = pad(torch.cat([Au.mT, h[..., :, None]], dim=-1), (0, 0, 0, 1)).unbind(-3)  # [[Au_k^T, h_k], [0, 0]]
+    corner = torch.cat([torch.cat([B.new_zeros(*B.shape, nu), B[..., None]], -1),
+                        torch.cat([Bu, d[..., None]], -1)[..., None, :]], -2).unbind(-3)  # [[0, B_k], [Bu_k^T, d_k]]
+    last_col = d.new_zeros(nu + 1, 1)
+    last_col[-1] = 1
+    last_row = d.new_zeros(1, nl + 1)
+    last_row[0, -1] = 1
+    F = d.new_zeros(*batch, nl + 1, nu + 1)
+    Ys = []
+    for k in range(T):
+        Y = left[k] @ F @ right[k] - corner[k]
+        u = Y @ last_col
+        F = Y - (u @ (last_row @ Y)) / (last_row @ u)
+        Ys.append(Y)
+    Y = torch.stack(Ys, dim=-3)
+    delta = -Y[..., nl, nu]
+    zero = (delta == 0).reshape(-1, T).any(0)
+    if bool(zero.any()):
+        k = int(zero.nonzero()[0, 0])
+        raise SingularMatrixError(f"quasiseparable LU: leading principal minor {k + 1} is zero")
+    return LUFactors(Y[..., :nl, nu] / Y[..., nl, nu, None], -Y[..., nl, :nu], delta)
 
 
 def quasiseparable_lu(lower: Generators, upper: Generators, d: torch.Tensor, batch) -> tuple[Generators, Generators]:

@@ -20,6 +20,7 @@ from structmat.core.validation import (
     thread_flag,
     trusted_parameters,
 )
+from structmat.linalg.dense_form import sss_dense
 from structmat.linalg.first_order import first_order_scan
 from structmat.linalg.segsum import decay_products
 from structmat.linalg.semiseparable import Generators
@@ -207,10 +208,15 @@ class OneSS(SSS):
     # --- products -----------------------------------------------------------------------------------
     def to_dense(self) -> torch.Tensor:
         """``c_j exp(segsum(log_a))[j, i] b_i``, the segment sums as short cumulative sums
-        (:func:`~structmat.linalg.segsum.decay_products`)."""
-        L = decay_products(self.log_a).to(self.dtype)  # log_a[..., 0] never enters
-        C, B = self.C[..., 0], self.B[..., 0]
-        dense = (C[..., :, None] * L * B[..., None, :] + self._zero_decay_terms(L, C, B)).expand(self.shape)
+        (:func:`~structmat.linalg.segsum.decay_products`; long sequences in chunks,
+        :func:`~structmat.linalg.dense_form.sss_dense`)."""
+        a = self.decays
+        if a is None or not (a.requires_grad and torch.is_grad_enabled()):  # no zero-decay gradient terms to add
+            dense = sss_dense(self.generators).expand(self.shape)
+        else:
+            L = decay_products(self.log_a).to(self.dtype)  # log_a[..., 0] never enters
+            C, B = self.C[..., 0], self.B[..., 0]
+            dense = (C[..., :, None] * L * B[..., None, :] + self._zero_decay_terms(L, C, B)).expand(self.shape)
         return dense if self.lower else dense.transpose(-1, -2)
 
     def _zero_decay_terms(self, L: torch.Tensor, C: torch.Tensor, B: torch.Tensor) -> torch.Tensor | float:

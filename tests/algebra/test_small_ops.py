@@ -1,0 +1,127 @@
+"""Closure operations without the constructors' checks: every structured result against dense float64 arithmetic,
+with broadcasting batches, complex and float32 parameters, empty matrices and gradients; the dispatch's cache of
+matching rules; the quasiseparable product's pair states both ways."""
+
+import pytest
+import torch
+from conftest import C128, F64, close, rand, randn
+
+import structmat as sm
+from structmat.algebra import quasiseparable as qs_algebra
+from structmat.core import dispatch
+
+
+def _operand(name: str, T: int, batch: tuple, dtype, seed: int):
+    """A well-conditioned operand of class ``name`` (diagonals away from zero, decays in (0.5, 1))."""
+    r = lambda *s: 0.5 + 0.5 * rand(*s, seed=seed).to(dtype.to_real() if dtype.is_complex else dtype)  # noqa: E731
+    n = lambda *s: randn(*s, seed=seed + 1, dtype=dtype)  # noqa: E731
+    return {
+        "OneSS": lambda: sm.OneSS.from_decays(r(*batch, T), b=1 + 0.1 * n(*batch, T), c=1 + 0.1 * n(*batch, T)),
+        "SSS": lambda: sm.SSS(r(*batch, T, 2), n(*batch, T, 2) / 2, n(*batch, T, 2) / 2, D=2 + n(*batch, T) / 4),
+        "SSS dense": lambda: sm.SSS(n(*batch, T, 2, 2) / 4, n(*batch, T, 2) / 2, n(*batch, T, 2) / 2, D=2 + n(*batch, T) / 4),
+        "Quasiseparable": lambda: sm.Quasiseparable.bidirectional(
+            sm.OneSS.from_decays(r(*batch, T)), sm.SSS(r(*batch, T, 2), n(*batch, T, 2) / 4, n(*batch, T, 2) / 4),
+            diag=3 + n(*batch, T) / 4),
+        "Bidiagonal": lambda: sm.Bidiagonal(2 + n(*batch, T) / 4, n(*batch, max(T - 1, 0))),
+        "Diagonal": lambda: sm.Diagonal(2 + n(*batch, T) / 4),
+        "causal Toeplitz": lambda: sm.Toeplitz.causal(torch.cat([2 + n(*batch, 1).abs(), n(*batch, max(T - 1, 0)) / T], -1)),
+        "Toeplitz": lambda: sm.Toeplitz(torch.cat([T + n(*batch, 1).abs(), n(*batch, max(T - 1, 0))], -1), n(*batch, T)),
+        "Fourier": lambda: sm.Fourier.from_kernel(torch.cat([3 + n(*batch, 1).abs(), n(*batch, max(T - 1, 0)) / T], -1)),
+        "LowRank": lambda: sm.LowRank(n(*batch, T, 2), n(*batch, T, 2)),
+    }[name]()
+
+
+#: class -> (ops with a structured rule, the result class of each).
+OPS = {
+    "OneSS": {"+": sm.SSS, "@": sm.SSS, "inv": sm.Bidiagonal},
+    "SSS": {"+": sm.SSS, "@": sm.SSS, "inv": sm.SSS},
+    "SSS dense": {"+": sm.SSS, "@": sm.SSS, "inv": sm.SSS},
+    "Quasiseparable": {"+": sm.Quasiseparable, "@": sm.Quasiseparable, "inv": sm.Quasiseparable},
+    "Bidiagonal": {"+": sm.Bidiagonal, "inv": sm.OneSS},
+    "Diagonal": {"+": sm.Diagonal, "@": sm.Diagonal, "inv": sm.Diagonal},
+    "causal Toeplitz": {"+": sm.Toeplitz, "@": sm.Toeplitz, "inv": sm.Toeplitz},
+    "Toeplitz": {"+": sm.Toeplitz},
+    "Fourier": {"+": sm.Fourier, "@": sm.Fourier, "inv": sm.Fourier},
+    "LowRank": {"+": sm.LowRank, "@": sm.LowRank},
+}
+
+_APPLY = {"+": lambda a, b: a + b, "@": lambda a, b: a @ b, "inv": lambda a, b: a.inv()}
+_DENSE = {"+": lambda a, b: a + b, "@": lambda a, b: a @ b, "inv": lambda a, b: torch.linalg.inv(a)}
+
+
+def _expected_order(op, a, b, R):
+    if op == "inv" or not isinstance(R, (sm.SSS, sm.Quasiseparable)):
+        return R.order
+    if isinstance(a, sm.Quasiseparable):
+        return tuple(x + y for x, y in zip(a.order, b.order))
+    return a.order + b.order
+
+
+@pytest.mark.parametrize("name", list(OPS))
+@pytest.mark.parametrize("dtype", [F64, C128, torch.float32])
+def test_closure_results_equal_dense_arithmetic(name, dtype):
+    T = 9
+    a, b = _operand(name, T, (2, 1), dtype, seed=1), _operand(name, T, (3,), dtype, seed=5)
+    for op, cls in OPS[name].items():
+        R = _APPLY[op](a, b)
+        assert isinstance(R, cls), (name, op, type(R))
+        assert R.order == _expected_order(op, a, b, R)
+        want = _DENSE[op](a.to_dense().to(C128), b.to_dense().to(C128))
+        rtol = 1e-4 if dtype == torch.float32 else 1e-9
+        close(R.to_dense().to(C128), want, rtol=rtol, atol=rtol)
+        assert R.dtype == (a.dtype if op == "inv" else torch.promote_types(a.dtype, b.dtype))
+        assert R.shape == want.shape
+
+
+@pytest.mark.parametrize("name", list(OPS))
+def test_closure_of_empty_matrices(name):
+    if name in ("Toeplitz", "Fourier", "causal Toeplitz"):
+        pytest.skip("built from a first entry: no empty operand of this recipe")
+    a = _operand(name, 0, (), F64, seed=1)
+    for op in OPS[name]:
+        assert _APPLY[op](a, a).shape == (0, 0)
+
+
+@pytest.mark.parametrize("name", ["OneSS", "SSS", "SSS dense", "Quasiseparable", "Bidiagonal", "causal Toeplitz", "Fourier"])
+def test_closure_gradients(name):
+    T = 5
+    x = (1 + rand(T, seed=3)).requires_grad_()  # scales one operand's parameters (the others fixed)
+
+    def results(x):
+        a, b = (sm.Diagonal(x) @ _operand(name, T, (), F64, seed=s) if name not in ("causal Toeplitz", "Fourier")
+                else _operand(name, T, (), F64, seed=s) for s in (1, 5))
+        if name in ("causal Toeplitz", "Fourier"):
+            a = sm.Toeplitz.causal(a.c * x) if name == "causal Toeplitz" else sm.Fourier(a.eigvals * x)
+        return tuple(_APPLY[op](a, b).to_dense().real for op in OPS[name])
+
+    assert torch.autograd.gradcheck(results, (x,))
+
+
+def test_quasiseparable_pair_states_from_segment_products_equal_the_scans(monkeypatch):
+    a, b = _operand("Quasiseparable", 11, (2,), F64, seed=1), _operand("Quasiseparable", 11, (2,), F64, seed=5)
+    want = (a @ b).to_dense()
+    monkeypatch.setattr(qs_algebra, "PAIRS_DENSE_MAX_T", 0)  # the blocked scans
+    close((a @ b).to_dense(), want)
+    close(want, a.to_dense() @ b.to_dense())
+
+
+def test_quasiseparable_lu_names_the_first_zero_minor():
+    lower = sm.OneSS.from_decays(0.5 * torch.ones(4, dtype=F64))
+    M = sm.Quasiseparable(lower, lower.T, torch.tensor([1.0, 0.25, 2.0, 2.0], dtype=F64))  # minor 2: 0.25 - 0.25
+    with pytest.raises(sm.SingularMatrixError, match="leading principal minor 2 is zero"):
+        M.inv()
+
+
+def test_dispatch_cache_follows_the_registry():
+    D = sm.Diagonal(torch.ones(3, dtype=F64))
+    assert isinstance(D + D, sm.Diagonal)  # cached for (Diagonal, Diagonal)
+
+    @sm.register("add", sm.Diagonal, sm.Diagonal, precedence=5, result="Dense (test)")
+    def dense_sum(a, b):
+        return sm.Dense(a.to_dense() + b.to_dense())
+
+    try:
+        assert isinstance(D + D, sm.Dense)  # a rule added after the first lookup counts at once
+    finally:
+        dispatch._REGISTRY["add"][:] = [r for r in dispatch._REGISTRY["add"] if r.fn is not dense_sum]
+    assert isinstance(D + D, sm.Diagonal)  # and a rule removed in place, too
