@@ -52,6 +52,20 @@ def _masks(seq_idx, L, real):
     return same, survives, continues
 
 
+def _pass_states(chunk_states, chunk_decay, initial_state, work):
+    """The states entering every chunk ``(b, c, h, p, n)`` and the final one, in ``work``: the state passes
+    over the ``T / L`` chunks in double precision and is rounded once per chunk."""
+    b, _, h, p, n = chunk_states.shape
+    wide = torch.complex128 if work.is_complex else torch.float64
+    state = chunk_states.new_zeros(b, h, p, n, dtype=wide) if initial_state is None else _cast(initial_state, wide)
+    steps = _cast(chunk_decay, wide).movedim(2, 0)[..., None, None]  # (c, b, h, 1, 1)
+    entering = []
+    for c in range(chunk_states.shape[1]):
+        entering.append(state)
+        state = steps[c] * state + chunk_states[:, c]
+    return torch.stack(entering, dim=1).to(work), state.to(work)
+
+
 def decay_chunked_torch(x, log_a, B, C, *, scale=None, D=None, z=None, initial_state=None, seq_idx=None,
                         chunk_size: int = 64, return_chunk_states: bool = False):
     """Chunked decay recurrence; returns ``(out, final_state)`` (and the states entering every chunk,
@@ -101,16 +115,7 @@ def decay_chunked_torch(x, log_a, B, C, *, scale=None, D=None, z=None, initial_s
     if continues is not None:
         chunk_decay = chunk_decay * continues[..., -1]
 
-    # the state passes over T / L chunks in double precision, then is rounded once per chunk
-    wide = torch.complex128 if work.is_complex else torch.float64
-    state = x.new_zeros(b, h, p, n, dtype=wide) if initial_state is None else _cast(initial_state, wide)
-    steps = _cast(chunk_decay, wide).movedim(2, 0)[..., None, None]  # (c, b, h, 1, 1)
-    entering = []
-    for c in range(xc.shape[1]):
-        entering.append(state)
-        state = steps[c] * state + chunk_states[:, c]
-    entering = torch.stack(entering, dim=1).to(work)  # (b, c, h, p, n)
-    state = state.to(work)
+    entering, state = _pass_states(chunk_states, chunk_decay, initial_state, work)
     y = y + torch.einsum("bclhn,bchpn->bclhp", Ch, entering) * _cast(from_start.permute(0, 2, 3, 1)[..., None], work)
     y = y.reshape(b, y.shape[1] * y.shape[2], h, p)[:, :l]
     if D is not None:
