@@ -230,6 +230,9 @@ def ssd(x, dt, A, B, C, chunk_size: int = 256, D=None, z=None, dt_bias=None, ini
 
         h_t = exp(dt_t A) h_{t-1} + dt_t x_t B_t^T,    y_t = h_t C_t + D x_t,    out = y * silu(z)
 
+    Returns ``out`` (like ``x``), then ``final_states`` and ``varlen_states`` if asked (float32 states;
+    float64 for float64 inputs). ``O(b l h L (n + p))`` work, ``O(b l h p)`` memory.
+
     Parameters
     ----------
     x : ``(batch, seqlen, nheads, headdim)``
@@ -248,11 +251,7 @@ def ssd(x, dt, A, B, C, chunk_size: int = 256, D=None, z=None, dt_bias=None, ini
     cu_seqlens : ``(num_seqs + 1,)`` cumulative lengths (batch 1); as in mamba_ssm it does not reset the state
     return_final_states : the state after the last step, ``(batch, nheads, headdim, dstate)``.
     return_varlen_states : the state after each packed sequence, ``(num_seqs, nheads, headdim, dstate)``, not differentiated
-    backend : {"auto", "torch", "triton"}, keyword only; ``auto`` takes the Triton kernels for CUDA
-        tensors (float32/16-bit, ``dt A <= 0``), else torch.
-
-    Returns ``out`` (like ``x``), then ``final_states`` and ``varlen_states`` if asked (float32 states;
-    float64 for float64 inputs). ``O(b l h L (n + p))`` work, ``O(b l h p)`` memory.
+    backend : {"auto", "torch", "triton"}, keyword only; ``auto``: Triton for CUDA tensors with ``dt A <= 0``, else torch
 
     Examples
     --------
