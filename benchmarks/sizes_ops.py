@@ -223,12 +223,15 @@ def local_compare(case: str, T: int, ours: Callable[[], object], dense: Callable
 
 
 def main(argv: list[str]) -> None:
-    from _report import table
+    """``python benchmarks/sizes_ops.py [section ...]``: each section's table, and its rows in
+    ``benchmarks/results/sizes_ops_<section>_cpu.json``."""
+    from _report import table, write
 
     torch.set_num_threads(1)
     for name in argv or list(SECTIONS):
         rows = SECTIONS[name](local_compare)
-        print(table(rows, ["case", "class", "T", "ours_us", "dense_us", "ratio"]), flush=True)
+        print(table(rows, ["case", "class", "T", "ours_us", "dense_us", "ratio", "order", "best"]), flush=True)
+        print("wrote", write(f"sizes_ops_{name}_cpu", {"section": name, "threads": 1, "rows": rows}))
 
 
 if __name__ == "__main__":

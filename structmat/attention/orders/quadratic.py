@@ -12,10 +12,12 @@ from structmat.attention.heads import mask_to_bh
 from structmat.attention.orders.registry import Cost, Order, Problem
 from structmat.attention.tuning import Tuning
 from structmat.core.base import StructuredMatrix
+from structmat.linalg.dense_form import DENSE_CHUNKED_T
+from structmat.matrices.dense import Dense
 from structmat.matrices.quasiseparable import Quasiseparable
 from structmat.matrices.sss import SSS
 
-__all__ = ["Quadratic", "einsum_flops", "dense_weight"]
+__all__ = ["Quadratic", "einsum_flops", "dense_passes"]
 
 
 _FLOPS: dict = {}  # (expr, shapes) -> flops: planning a call of sizes seen before costs no path search
@@ -32,12 +34,17 @@ def einsum_flops(expr: str, *shapes) -> float:
     return _FLOPS[key]
 
 
-def dense_weight(mask: StructuredMatrix) -> int:
-    """Passes over the ``T x S`` entries that ``mask.to_dense()`` makes, roughly: one per state of a semiseparable
-    mask (its entries sum over the states), one for the others (a gather or a product of two vectors)."""
+def dense_passes(mask: StructuredMatrix) -> float:
+    """Elementwise passes over the ``T x S`` entries that ``mask.to_dense()`` makes, roughly: a semiseparable mask
+    ten per state from whole segment products (up to ``DENSE_CHUNKED_T`` steps), two plus two per state in chunks;
+    a quasiseparable mask its parts and six to add them (one transposed); a Toeplitz or circulant mask a gather (and an inverse
+    FFT); a dense one none."""
     if isinstance(mask, Quasiseparable):
-        return dense_weight(mask.lower_part) + dense_weight(mask.upper_part)
-    return max(1, mask.order) if isinstance(mask, SSS) else 1
+        return dense_passes(mask.lower_part) + dense_passes(mask.upper_part) + 6
+    if isinstance(mask, SSS):
+        n = max(1, mask.order)
+        return 10 * n + 2 if mask.shape[-1] <= DENSE_CHUNKED_T else 2 + 2 * n
+    return 0 if isinstance(mask, Dense) else 2
 
 
 class Quadratic(Order):
@@ -49,8 +56,9 @@ class Quadratic(Order):
     def cost(self, p: Problem, mask: StructuredMatrix, tuning: Tuning) -> Cost:
         flops = einsum_flops("bthn,bshn->bhts", (p.B, p.T, p.H, p.N), (p.B, p.S, p.H, p.N)) + p.BH * p.T * p.S
         flops += einsum_flops("bhts,bshp->bthp", (p.B, p.H, p.T, p.S), (p.B, p.S, p.H, p.P))
-        flops += 4 * mask.batch_shape.numel() * p.T * p.S * dense_weight(mask)  # the dense mask
-        extra = (4 if tuning.device == "cpu" else 12) * p.BH * p.T * p.S * p.element_bytes  # scores, mask, products
+        # scores, mask, products; and the dense mask (its elementwise passes)
+        extra = ((4 if tuning.device == "cpu" else 12) * p.BH + mask.batch_shape.numel() * dense_passes(mask)) \
+            * p.T * p.S * p.element_bytes
         return Cost(flops, extra, 1)
 
     def run(self, q, k, v, mask, scale, tuning, chunk) -> torch.Tensor:
