@@ -16,9 +16,16 @@ from structmat.linalg.dense_form import DENSE_CHUNKED_T
 from structmat.matrices.dense import Dense
 from structmat.matrices.quasiseparable import Quasiseparable
 from structmat.matrices.sss import SSS
+from structmat.matrices.toeplitz import Toeplitz
 
-__all__ = ["Quadratic", "einsum_flops", "dense_passes"]
+__all__ = ["Quadratic", "einsum_flops", "dense_passes", "LARGE_SCORES"]
 
+
+#: Scores (``B H T S`` entries) from which the quadratic order runs at the rate of its own coefficients
+#: (``quadratic/large``): tensors of hundreds of MB fault in page by page and leave every cache, and the time per
+#: byte grows (one thread: the model fitted to all sizes was 0.87x the measured time from 2^24 entries, 0.54x
+#: at 2^25 for a causal Toeplitz mask at T = 4096).
+LARGE_SCORES = 1 << 24
 
 _FLOPS: dict = {}  # (expr, shapes) -> flops: planning a call of sizes seen before costs no path search
 
@@ -36,15 +43,18 @@ def einsum_flops(expr: str, *shapes) -> float:
 
 def dense_passes(mask: StructuredMatrix) -> float:
     """Elementwise passes over the ``T x S`` entries that ``mask.to_dense()`` makes, roughly: a semiseparable mask
-    ten per state from whole segment products (up to ``DENSE_CHUNKED_T`` steps), two plus two per state in chunks;
-    a quasiseparable mask its parts and six to add them (one transposed); a Toeplitz or circulant mask a gather (and an inverse
-    FFT); a dense one none."""
+    ten per state from whole segment products (up to ``DENSE_CHUNKED_T`` steps), two plus one per state in chunks;
+    a quasiseparable mask its parts and ten to add them (one transposed, a strided read); a Toeplitz mask
+    fourteen (two gathers through 64-bit index matrices and a select), a circulant one eight (one gather); a
+    dense one none. Fitted by eye to the residuals of the planner's calibration (``benchmarks/calibrate_plan.py``)."""
     if isinstance(mask, Quasiseparable):
-        return dense_passes(mask.lower_part) + dense_passes(mask.upper_part) + 6
+        return dense_passes(mask.lower_part) + dense_passes(mask.upper_part) + 10
     if isinstance(mask, SSS):
         n = max(1, mask.order)
-        return 10 * n + 2 if mask.shape[-1] <= DENSE_CHUNKED_T else 2 + 2 * n
-    return 0 if isinstance(mask, Dense) else 2
+        return 10 * n + 2 if mask.shape[-1] <= DENSE_CHUNKED_T else 2 + n
+    if isinstance(mask, Toeplitz):
+        return 14
+    return 0 if isinstance(mask, Dense) else 8
 
 
 class Quadratic(Order):
@@ -59,7 +69,7 @@ class Quadratic(Order):
         # scores, mask, products; and the dense mask (its elementwise passes)
         extra = ((4 if tuning.device == "cpu" else 12) * p.BH + mask.batch_shape.numel() * dense_passes(mask)) \
             * p.T * p.S * p.element_bytes
-        return Cost(flops, extra, 1)
+        return Cost(flops, extra, 1, "large" if p.BH * p.T * p.S >= LARGE_SCORES else "")
 
     def run(self, q, k, v, mask, scale, tuning, chunk) -> torch.Tensor:
         L = mask.to_dense()
