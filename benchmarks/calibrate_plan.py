@@ -1,10 +1,11 @@
-"""Fit the SMA planner's coefficients for one device kind to a ``bench_sma`` run, and write them.
+"""Fit the SMA planner's coefficients for one device kind to measured order times, and write them.
 
-Run by hand: ``python benchmarks/calibrate_plan.py benchmarks/results/bench_sma_cpu.json [--write]``.
-For each order it fits ``ms = flops * s_flop + bytes * s_byte + passes * ms_pass`` (non-negative,
-least squares on relative error) over the measured rows, prints the coefficients and the regret
-that model would have on the same rows; ``--write`` stores them in
-``structmat/attention/tuning.json``, where ``structmat.attention.tuning_for`` reads them.
+Run by hand: ``python benchmarks/calibrate_plan.py RESULTS.json [--write]``. ``RESULTS.json`` is a
+``bench_sma`` run (rows ``mask, N=P, T`` with a time per order, B = 1, H = 2) or the ``planner`` section of
+``benchmarks/sizes_ops.py`` (rows ``class, B, H, N, P, T`` with ``times``, us per order). For each order it fits
+``ms = flops * s_flop + bytes * s_byte + passes * ms_pass`` (non-negative, least squares on relative error) over
+the measured rows, prints the coefficients and the regret that model would have on the same rows; ``--write``
+stores them in ``structmat/attention/tuning.json``, where ``structmat.attention.tuning_for`` reads them.
 """
 
 from __future__ import annotations
@@ -18,64 +19,88 @@ from pathlib import Path
 
 import numpy as np
 import scipy.optimize
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).parent))
 
-from bench_sma import make_mask  # noqa: E402
+from sizes_ops import _mask  # noqa: E402
 
 from structmat.attention import ORDERS, admissible, tuning_for  # noqa: E402
 from structmat.attention.orders import Problem  # noqa: E402
 from structmat.attention.tuning import TUNING_FILE  # noqa: E402
 
 
+def measured(data: dict) -> list[dict]:
+    """Rows ``{mask, B, H, N, P, T, times: {order: ms}}`` of either kind of results file."""
+    rows = []
+    for r in data["rows"]:
+        if "times" in r:  # sizes_ops planner rows (us)
+            rows.append({"mask": r["class"], "B": r["B"], "H": r["H"], "N": r["N"], "P": r["P"], "T": r["T"],
+                         "times": {o: t / 1e3 for o, t in r["times"].items()}})
+        else:  # bench_sma rows (ms), B = 1, H = 2
+            times = {o: r[o] for o in ORDERS if o in r}
+            rows.append({"mask": r["mask"], "B": 1, "H": 2, "N": r["N=P"], "P": r["N=P"], "T": r["T"], "times": times})
+    return rows
+
+
 def features(rows, kind: str) -> list[dict]:
-    tuning, H = tuning_for(kind), 2
+    """Per row, ``order -> (coefficient key, (flops, bytes, passes))``; the key is ``order/path`` where the order
+    names its code path (:class:`~structmat.attention.orders.Cost`)."""
+    tuning = tuning_for(kind)
     out = []
     for r in rows:
-        T, N = r["T"], r["N=P"]
-        mask = make_mask(r["mask"], T, H, torch.device("cpu"))
-        problem = Problem(1, T, T, H, N, N, 4, tuning.chunk)
-        costs = {o: ORDERS[o].cost(problem, mask, tuning) for o in admissible(mask) if o in r}
-        out.append({o: (c.flops, c.bytes, c.passes) for o, c in costs.items()})
+        mask = _mask(r["mask"], r["T"], r["H"])
+        problem = Problem(r["B"], r["T"], r["T"], r["H"], r["N"], r["P"], 4, tuning.chunk)
+        costs = {o: ORDERS[o].cost(problem, mask, tuning) for o in admissible(mask) if o in r["times"]}
+        out.append({o: (f"{o}/{c.path}" if c.path else o, (c.flops, c.bytes, c.passes)) for o, c in costs.items()})
     return out
 
 
+def _nnls(X: np.ndarray, y: np.ndarray) -> list[float]:
+    """Non-negative ``c`` minimising the relative error of ``X c`` against ``y``."""
+    scale = X.max(axis=0)
+    scale[scale == 0] = 1.0
+    coef, _ = scipy.optimize.nnls((X / scale) / y[:, None], np.ones(len(y)))
+    return [float(c) for c in coef / scale]
+
+
 def fit(rows, feats) -> dict:
+    """Coefficients per order (all its rows) and per ``order/path`` (the rows of that path)."""
     coefficients = {}
-    for order in ("quadratic", "linear", "chunked"):
-        X = np.array([f[order] for f in feats if order in f], dtype=float)
-        y = np.array([r[order] for r, f in zip(rows, feats) if order in f])
-        scale = X.max(axis=0)
-        coef, _ = scipy.optimize.nnls((X / scale) / y[:, None], np.ones(len(y)))
-        coefficients[order] = [float(c) for c in coef / scale]
-        print(f'"{order}": [{coefficients[order][0]:.3g}, {coefficients[order][1]:.3g}, {coefficients[order][2]:.3g}]')
+    keys = sorted({key for f in feats for key, _ in f.values()} | {o for f in feats for o in f})
+    for key in keys:
+        order = key.split("/")[0]
+        pairs = [(f[order][1], r["times"][order]) for r, f in zip(rows, feats)
+                 if order in f and (key == order or f[order][0] == key)]
+        X, y = np.array([x for x, _ in pairs], dtype=float), np.array([t for _, t in pairs])
+        coefficients[key] = _nnls(X, y)
+        print(f'"{key}": [{coefficients[key][0]:.3g}, {coefficients[key][1]:.3g}, {coefficients[key][2]:.3g}]  ({len(y)} rows)')
     return coefficients
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("path")
+    parser.add_argument("paths", nargs="+")
     parser.add_argument("--write", action="store_true", help="store the coefficients in structmat/attention/tuning.json")
     args = parser.parse_args()
-    data = json.loads(Path(args.path).read_text())
-    kind = "cuda" if "cuda" in Path(args.path).name else "cpu"
-    rows = data["rows"]
+    kind = "cuda" if "cuda" in Path(args.paths[0]).name else "cpu"
+    rows = [r for path in args.paths for r in measured(json.loads(Path(path).read_text()))]
     feats = features(rows, kind)
     coefficients = fit(rows, feats)
     regrets = []
     for r, f in zip(rows, feats):
-        est = {o: float(np.dot(coefficients[o], f[o])) for o in f if o in coefficients}
+        est = {o: float(np.dot(coefficients[key], x)) for o, (key, x) in f.items()}
         choice = min(est, key=est.get)
-        regrets.append(r[choice] / min(r[o] for o in f))
+        regrets.append(r["times"][choice] / min(r["times"][o] for o in f))
         if regrets[-1] > 1.2:
-            print(f"  {r['mask']} N={r['N=P']} T={r['T']}: picks {choice}, measured {({o: round(r[o], 2) for o in f})}")
+            print(f"  {r['mask']} B={r['B']} H={r['H']} N={r['N']} P={r['P']} T={r['T']}: picks {choice}, "
+                  f"measured {({o: round(r['times'][o], 2) for o in f})}")
     print(f"in-sample regret: median {statistics.median(regrets):.3f}, worst {max(regrets):.3f}")
     if args.write:
         tuning = json.loads(TUNING_FILE.read_text())
         tuning[kind]["coefficients"].update(coefficients)
-        tuning[kind]["calibrated"] = f"benchmarks/calibrate_plan.py on {Path(args.path).name} ({datetime.date.today()})"
+        names = ", ".join(Path(p).name for p in args.paths)
+        tuning[kind]["calibrated"] = f"benchmarks/calibrate_plan.py on {names} ({datetime.date.today()})"
         TUNING_FILE.write_text(json.dumps(tuning, indent=2) + "\n")
         print("wrote", TUNING_FILE)
 

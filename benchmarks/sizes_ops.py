@@ -41,11 +41,13 @@ class Sizes:
     planner_NP: tuple[tuple[int, int], ...]
     planner_elements: int
     planner_masks: tuple[str, ...]
+    planner_extra: tuple[tuple[int, int, int, int, int, tuple[str, ...]], ...]  # (B, H, N, P, T, masks): issue 11's shapes
 
 
 FULL = Sizes((16, 64, 256, 1024), (16, 64, 256), (2, 8, 64), (64, 256, 1024, 4096, 16384), (1, 4), (4, 16),
-             ((16, 16), (64, 64), (16, 64)), 1 << 22, ("OneSS", "SSS(4)", "causal Toeplitz", "Fourier", "Quasiseparable"))
-TINY = Sizes((16,), (16,), (1, 2, 4), (16,), (1,), (2,), ((4, 4),), 1 << 12, ("OneSS", "Quasiseparable"))
+             ((16, 16), (64, 64), (16, 64)), 1 << 21, ("OneSS", "SSS(4)", "causal Toeplitz", "Fourier", "Quasiseparable"),
+             ((2, 8, 64, 64, 2048, ("Fourier", "SSS(4, dense A)")),))
+TINY = Sizes((16,), (16,), (1, 2, 4), (16,), (1,), (2,), ((4, 4),), 1 << 12, ("OneSS", "Quasiseparable"), ())
 #: The sizes of a run (``benchmarks/bench_sizes.py`` may set ``TINY`` for a test of the sections).
 GRID = FULL
 
@@ -149,13 +151,15 @@ def sma(compare) -> list[dict]:
 
 
 def _planner_points():
-    """``(B, H, N, P, T)`` of the planner's grid within ``GRID.planner_elements`` entries per tensor."""
+    """``(B, H, N, P, T, masks)`` of the planner's grid within ``GRID.planner_elements`` entries per tensor, then the
+    extra points."""
     for T in GRID.planner_T:
         for B in GRID.planner_B:
             for H in GRID.planner_H:
                 for N, P in GRID.planner_NP:
                     if B * H * T * max(N, P) <= GRID.planner_elements:
-                        yield B, H, N, P, T
+                        yield B, H, N, P, T, GRID.planner_masks
+    yield from GRID.planner_extra
 
 
 def _runs(order: str, B: int, H: int, T: int) -> bool:
@@ -169,11 +173,11 @@ def planner(compare) -> list[dict]:
     ``dense_us`` the fastest order (named in ``best``), ``ratio`` the regret; ``order`` is the plan's choice and
     ``times`` every order's time (us; what ``benchmarks/calibrate_plan.py`` fits)."""
     rows = []
-    for B, H, N, P, T in _planner_points():
+    for B, H, N, P, T, masks in _planner_points():
         g = torch.Generator().manual_seed(T)
         q, k = (torch.randn(B, T, H, N, generator=g) / N**0.5 for _ in range(2))
         v = torch.randn(B, T, H, P, generator=g)
-        for name in GRID.planner_masks:
+        for name in masks:
             mask = _mask(name, T, H)
             auto = lambda: sm.sma(q, k, v, mask)  # noqa: E731
             timed = {order: compare(f"planner {order}", T, auto, lambda o=order: sm.sma(q, k, v, mask, order=o), cls=name)
@@ -223,12 +227,15 @@ def local_compare(case: str, T: int, ours: Callable[[], object], dense: Callable
 
 
 def main(argv: list[str]) -> None:
-    from _report import table
+    """``python benchmarks/sizes_ops.py [section ...]``: each section's table, and its rows in
+    ``benchmarks/results/sizes_ops_<section>_cpu.json``."""
+    from _report import table, write
 
     torch.set_num_threads(1)
     for name in argv or list(SECTIONS):
         rows = SECTIONS[name](local_compare)
-        print(table(rows, ["case", "class", "T", "ours_us", "dense_us", "ratio"]), flush=True)
+        print(table(rows, ["case", "class", "T", "ours_us", "dense_us", "ratio", "order", "best"]), flush=True)
+        print("wrote", write(f"sizes_ops_{name}_cpu", {"section": name, "threads": 1, "rows": rows}))
 
 
 if __name__ == "__main__":

@@ -56,12 +56,14 @@ def generators_in(M: SSS, batch) -> Generators:
 def sss_add(M1: SSS, M2: SSS) -> SSS:
     """``SSS(N1) + SSS(N2) = SSS(N1 + N2)`` with block-diagonal ``A`` (diagonal if both are)."""
     batch = batch_of(M1, M2)
-    G1, G2 = generators_in(M1, batch), generators_in(M2, batch)
+    G1, G2 = M1.generators, M2.generators
+    T, n1, n2 = G1.length, G1.order, G2.order
     D = None
     if G1.D is not None or G2.D is not None:
-        D = G1.diagonal() + G2.diagonal()
-    A = G1.A.block_diagonal(G2.A, G1.order, G2.order, batch)
-    return build(Generators(A, torch.cat([G1.B, G2.B], -1), torch.cat([G1.C, G2.C], -1), D), M1.lower, batch)
+        D = fit(G1.diagonal() + G2.diagonal(), *batch, T)
+    A = G1.A.block_diagonal(G2.A, n1, n2, batch)
+    cat = lambda x, y: torch.cat([fit(x, *batch, T, n1), fit(y, *batch, T, n2)], -1)  # noqa: E731
+    return build(Generators(A, cat(G1.B, G2.B), cat(G1.C, G2.C), D), M1.lower, batch)
 
 
 def _block_triangular(G1: Generators, G2: Generators, coupling: torch.Tensor, batch) -> Transitions:

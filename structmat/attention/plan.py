@@ -110,7 +110,7 @@ def _plan(sizes: tuple, mask: StructuredMatrix, tuning: Tuning) -> Plan:
     costs = {}
     for name in admissible(mask):
         cost = ORDERS[name].cost(problem, mask, tuning)
-        ms = tuning.estimate_ms(name, cost.flops, cost.bytes, cost.passes)
+        ms = tuning.estimate_ms(name, cost.flops, cost.bytes, cost.passes, cost.path)
         costs[name] = {"flops": cost.flops, "bytes": cost.bytes, "passes": cost.passes, "ms": ms}
     best = min(costs, key=lambda o: costs[o]["ms"])
     return Plan(best, costs[best]["flops"], costs[best]["bytes"], costs, tuning.device, chunk)

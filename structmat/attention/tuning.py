@@ -41,7 +41,8 @@ class Tuning:
     time_blocks : bool
         Whether long sequences run in time blocks with carried states (the CPU) or as one block.
     coefficients : dict
-        ``order -> (ms per flop, ms per byte, ms per pass)`` of the plan's time estimate.
+        ``order -> (ms per flop, ms per byte, ms per pass)`` of the plan's time estimate, and ``"order/path"``
+        for the code paths an order names in its :class:`~structmat.attention.orders.Cost`.
     """
 
     device: str
@@ -52,8 +53,11 @@ class Tuning:
     time_blocks: bool
     coefficients: dict = field(default_factory=dict)
 
-    def estimate_ms(self, order: str, flops: float, bytes_: float, passes: float) -> float:
-        s_flop, s_byte, ms_pass = self.coefficients[order]
+    def estimate_ms(self, order: str, flops: float, bytes_: float, passes: float, path: str = "") -> float:
+        """``flops * s_flop + bytes * s_byte + passes * ms_pass`` with the coefficients of ``"order/path"`` where the
+        tuning has them, else of ``order``."""
+        key = f"{order}/{path}"
+        s_flop, s_byte, ms_pass = self.coefficients[key if path and key in self.coefficients else order]
         return flops * s_flop + bytes_ * s_byte + passes * ms_pass
 
 

@@ -117,7 +117,7 @@ class Fourier(StructuredMatrix):
         return (c.real if self.real else c).to(self.dtype)
 
     def matvec_flops(self, K: int) -> float:
-        n = self.shape[-2] + self.shape[-1]
+        n = self.shape[-1]  # a circulant: transforms of length T
         return 10.0 * K * n * math.log2(max(n, 2))
 
     def diagonal(self) -> torch.Tensor:

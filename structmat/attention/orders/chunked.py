@@ -130,7 +130,7 @@ class Chunked(Order):
         extra = sum(p.BH * (p.T // max(L, 1) + 1) * n * p.N * p.P * p.element_bytes + 4 * p.BH * p.T * L * p.element_bytes
                     for n in term_orders_)
         tiles = -(-p.T // _chunked_tile(tuning, p, max(L, 1))) if tuning.time_blocks else 1
-        return Cost(flops, extra, len(term_orders_) * tiles)
+        return Cost(flops, extra, len(term_orders_) * tiles, "decay" if max(term_orders_, default=1) == 1 else "states")
 
     def run(self, q, k, v, mask, scale, tuning, chunk) -> torch.Tensor:
         terms = chunk_terms(mask)

@@ -130,11 +130,11 @@ class Linear(Order):
                 n_slice, tile = streamed_sizes(tuning, p, order)
                 extra += 4 * p.BH * p.T * order * p.N * p.P * p.element_bytes
                 passes += -(-p.N // n_slice) * -(-p.T // tile) * (1 + int(math.log(max(tile, 2), 32)))
-            return Cost(flops, extra, passes)
+            return Cost(flops, extra, passes, "streamed")
         n_slice, p_slice = linear_slices(tuning, matvec_length(mask), p.B, p.H, p.N, p.P)
         slices = -(-p.N // n_slice) * -(-p.P // p_slice)
         extra = (2 if tuning.device == "cpu" else 6) * p.BH * max(p.S, p.T) * p.N * p.P * p.element_bytes
-        return Cost(flops, extra, slices * ((1 + int(math.log(max(p.T, 2), 32))) if parts is not None else 1))
+        return Cost(flops, extra, slices * ((1 + int(math.log(max(p.T, 2), 32))) if parts is not None else 1), "sliced")
 
     def run(self, q, k, v, mask, scale, tuning, chunk) -> torch.Tensor:
         M = mask_as_bh(mask, k.shape[0], k.shape[2])

@@ -12,11 +12,20 @@ from structmat.attention.heads import mask_to_bh
 from structmat.attention.orders.registry import Cost, Order, Problem
 from structmat.attention.tuning import Tuning
 from structmat.core.base import StructuredMatrix
+from structmat.linalg.dense_form import DENSE_CHUNKED_T
+from structmat.matrices.dense import Dense
 from structmat.matrices.quasiseparable import Quasiseparable
 from structmat.matrices.sss import SSS
+from structmat.matrices.toeplitz import Toeplitz
 
-__all__ = ["Quadratic", "einsum_flops", "dense_weight"]
+__all__ = ["Quadratic", "einsum_flops", "dense_passes", "LARGE_SCORES"]
 
+
+#: Scores (``B H T S`` entries) from which the quadratic order runs at the rate of its own coefficients
+#: (``quadratic/large``): tensors of hundreds of MB fault in page by page and leave every cache, and the time per
+#: byte grows (one thread: the model fitted to all sizes was 0.87x the measured time from 2^24 entries, 0.54x
+#: at 2^25 for a causal Toeplitz mask at T = 4096).
+LARGE_SCORES = 1 << 24
 
 _FLOPS: dict = {}  # (expr, shapes) -> flops: planning a call of sizes seen before costs no path search
 
@@ -32,12 +41,20 @@ def einsum_flops(expr: str, *shapes) -> float:
     return _FLOPS[key]
 
 
-def dense_weight(mask: StructuredMatrix) -> int:
-    """Passes over the ``T x S`` entries that ``mask.to_dense()`` makes, roughly: one per state of a semiseparable
-    mask (its entries sum over the states), one for the others (a gather or a product of two vectors)."""
+def dense_passes(mask: StructuredMatrix) -> float:
+    """Elementwise passes over the ``T x S`` entries that ``mask.to_dense()`` makes, roughly: a semiseparable mask
+    ten per state from whole segment products (up to ``DENSE_CHUNKED_T`` steps), two plus one per state in chunks;
+    a quasiseparable mask its parts and ten to add them (one transposed, a strided read); a Toeplitz mask
+    fourteen (two gathers through 64-bit index matrices and a select), a circulant one eight (one gather); a
+    dense one none. Fitted by eye to the residuals of the planner's calibration (``benchmarks/calibrate_plan.py``)."""
     if isinstance(mask, Quasiseparable):
-        return dense_weight(mask.lower_part) + dense_weight(mask.upper_part)
-    return max(1, mask.order) if isinstance(mask, SSS) else 1
+        return dense_passes(mask.lower_part) + dense_passes(mask.upper_part) + 10
+    if isinstance(mask, SSS):
+        n = max(1, mask.order)
+        return 10 * n + 2 if mask.shape[-1] <= DENSE_CHUNKED_T else 2 + n
+    if isinstance(mask, Toeplitz):
+        return 14
+    return 0 if isinstance(mask, Dense) else 8
 
 
 class Quadratic(Order):
@@ -49,9 +66,10 @@ class Quadratic(Order):
     def cost(self, p: Problem, mask: StructuredMatrix, tuning: Tuning) -> Cost:
         flops = einsum_flops("bthn,bshn->bhts", (p.B, p.T, p.H, p.N), (p.B, p.S, p.H, p.N)) + p.BH * p.T * p.S
         flops += einsum_flops("bhts,bshp->bthp", (p.B, p.H, p.T, p.S), (p.B, p.S, p.H, p.P))
-        flops += 4 * mask.batch_shape.numel() * p.T * p.S * dense_weight(mask)  # the dense mask
-        extra = (4 if tuning.device == "cpu" else 12) * p.BH * p.T * p.S * p.element_bytes  # scores, mask, products
-        return Cost(flops, extra, 1)
+        # scores, mask, products; and the dense mask (its elementwise passes)
+        extra = ((4 if tuning.device == "cpu" else 12) * p.BH + mask.batch_shape.numel() * dense_passes(mask)) \
+            * p.T * p.S * p.element_bytes
+        return Cost(flops, extra, 1, "large" if p.BH * p.T * p.S >= LARGE_SCORES else "")
 
     def run(self, q, k, v, mask, scale, tuning, chunk) -> torch.Tensor:
         L = mask.to_dense()

@@ -42,11 +42,13 @@ class Problem:
 @dataclass(frozen=True)
 class Cost:
     """What one order does on one problem: FLOPs, extra bytes (peak memory beyond inputs and output),
-    and Python-level passes (each a handful of kernel launches)."""
+    Python-level passes (each a handful of kernel launches), and the code path taken (an order whose
+    paths run at different rates per FLOP names them: the tuning may hold coefficients per path)."""
 
     flops: float
     bytes: float
     passes: float
+    path: str = ""
 
 
 class Order(abc.ABC):
