@@ -141,10 +141,14 @@ def bidiagonal_inverse(a: Bidiagonal) -> OneSS:
     ratio = check_overflow(torch.cat([torch.ones_like(diag[..., :1]), -sub / diag[..., 1:]], dim=-1),
                            "Bidiagonal.inv(): the ratio sub[t-1] / diag[t]")
     size = ratio.abs()
-    phase = torch.cumprod(torch.where(size > 0, ratio / torch.where(size > 0, size, 1.0), 1.0), dim=-1)
+    step = torch.where(size > 0, ratio / torch.where(size > 0, size, 1.0), 1.0)
+    phase = torch.cumprod(step, dim=-1)
     log_size = safe_log(size)
     _check_inverse_range(log_size, diag)
-    return OneSS(log_size, b=1.0 / (phase * diag), c=phase)  # 1 / diag_i is the entry (i, i): in range
+    # |r| kept as a decay whose derivative is the phase (1 at r = 0, where abs has none): exact gradients at 0
+    decays = ratio * step.detach().conj()
+    decays = decays.real if decays.is_complex() else decays
+    return OneSS(log_size, b=1.0 / (phase * diag), c=phase)._with_decays(decays)  # 1 / diag_i is the entry (i, i): in range
 
 
 def _check_inverse_range(log_size: torch.Tensor, diag: torch.Tensor) -> None:
@@ -173,7 +177,6 @@ def oness_inverse(m: OneSS) -> Bidiagonal:
     b, c = m.B[..., 0].expand(*batch, m.shape[-1]), m.C[..., 0].expand(*batch, m.shape[-1])
     if bool((b == 0).any()) or bool((c == 0).any()):
         raise SingularMatrixError("OneSS is singular: some b_t * c_t is zero")
-    # the decays themselves where the matrix holds them: exp(log a) has no gradient at a_t = 0
-    a = (torch.exp(m.log_a) if m.decays is None else m.decays)[..., 1:].to(m.dtype)
+    a = m.transitions.actual()[..., 1:].to(m.dtype)  # (with the gradient of the decays it carries: exact at 0)
     diag = check_overflow(1.0 / (b * c), "OneSS.inv() diagonal")
     return Bidiagonal(diag, check_overflow(-a / (b[..., 1:] * c[..., :-1]), "OneSS.inv() subdiagonal"), lower=m.lower)

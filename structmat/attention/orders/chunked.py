@@ -17,7 +17,9 @@ from structmat.attention.heads import add_diagonal, mask_as_bh, out_dtype, time_
 from structmat.attention.orders.registry import Cost, Order, Problem
 from structmat.attention.tuning import Tuning
 from structmat.core.base import StructuredMatrix
+from structmat.core.transitions import carries_gradient
 from structmat.kernels.chunked_decay import chunked_decay, triton_applies
+from structmat.kernels.decay_adjoint import with_exact_decay_gradient
 from structmat.linalg.block_solve import chunk_maps
 from structmat.linalg.scan import linear_scan
 from structmat.matrices.one_ss import OneSS
@@ -43,8 +45,11 @@ def chunk_terms(mask: StructuredMatrix) -> list[SSS] | None:
     log_a = None if mask.dtype.is_complex else G.A.log_diagonals(mask.order)
     if log_a is None:
         return [mask]
-    log_a = torch.cat([torch.zeros_like(log_a[..., :1, :]), log_a[..., 1:, :]], dim=-2)
-    return [OneSS(log_a[..., m], b=G.B[..., m], c=G.C[..., m], lower=mask.lower) for m in range(mask.order)]
+    first = lambda t, one: torch.cat([torch.full_like(t[..., :1, :], one), t[..., 1:, :]], dim=-2)  # noqa: E731
+    log_a, decays = first(log_a, 0.0), G.A.decay_diagonals(mask.order)  # the decays: exact gradients at 0
+    decays = None if decays is None else first(decays, 1.0)
+    return [OneSS(log_a[..., m], b=G.B[..., m], c=G.C[..., m], lower=mask.lower)._with_decays(
+        None if decays is None else decays[..., m]) for m in range(mask.order)]
 
 
 def _chunked_tile(tuning: Tuning, p: Problem, chunk: int) -> int:
@@ -55,7 +60,8 @@ def _chunked_tile(tuning: Tuning, p: Problem, chunk: int) -> int:
 
 def _one(q, k, v, mask: OneSS, scale: float, tuning: Tuning, chunk: int, out: torch.Tensor) -> None:
     """Add ``sma(q, k, v, mask)`` for a OneSS mask into ``out`` through the chunked-decay primitive:
-    ``x = v``, ``log_a`` the mask's decays, ``B = k b``, ``C = q c``; time blocks with the state carried."""
+    ``x = v``, ``log_a`` the mask's decays, ``B = k b``, ``C = q c``; time blocks with the state carried.
+    Decays the mask keeps and differentiates get their gradient in linear space (:mod:`~structmat.kernels.decay_adjoint`)."""
     Bsz, T, H, N = q.shape
     reverse = not mask.lower  # an upper mask is the lower one in reversed time
     lower = mask.reverse() if reverse else mask
@@ -63,6 +69,10 @@ def _one(q, k, v, mask: OneSS, scale: float, tuning: Tuning, chunk: int, out: to
     expand = lambda t: t.expand(Bsz, H, T).transpose(1, 2)  # noqa: E731  (B, T, H)
     log_a = expand(torch.cat([torch.zeros_like(lower.log_a[..., :1]), lower.log_a[..., 1:]], -1))
     b, c = expand(lower.B[..., 0])[..., None], expand(lower.C[..., 0])[..., None]
+    if carries_gradient(lower.decays):
+        log_a, target = log_a.detach(), torch.zeros_like(out)  # the decays' gradient comes from the adjoint below
+    else:
+        target = out
     kernel = chunk in TRITON_CHUNKS and triton_applies(v, log_a, b, c)
     backend = "triton" if kernel else "torch"
     p = Problem(Bsz, T, T, H, N, v.shape[-1], 0, chunk)
@@ -74,7 +84,12 @@ def _one(q, k, v, mask: OneSS, scale: float, tuning: Tuning, chunk: int, out: to
         if kernel:
             kb, qc, x, la = kb.to(k.dtype), qc.to(q.dtype), x, la.float()
         y, state = chunked_decay(x, la, kb, qc, initial_state=state, chunk_size=chunk, backend=backend)
-        out[:, src] += (torch.flip(y, (1,)) if reverse else y) * scale
+        target[:, src] += (torch.flip(y, (1,)) if reverse else y) * scale
+    if target is not out:
+        time = (lambda t: torch.flip(t, (1,))) if reverse else (lambda t: t)  # noqa: E731  the recurrence's time
+        y = with_exact_decay_gradient(time(target), expand(lower.decays), time(v), log_a, time(k) * b,
+                                       time(q) * c * scale)
+        out += time(y)
 
 
 def _sss(q, k, v, mask: SSS, scale: float, chunk: int) -> torch.Tensor:
