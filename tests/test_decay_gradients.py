@@ -149,6 +149,22 @@ def test_gamma_derivative_at_zero_is_the_first_subdiagonal():
     assert abs(g - fd) < 1e-5 * abs(fd)
 
 
+def test_second_derivatives_through_the_generic_paths_are_exact():
+    """Closure results run the generic scans, differentiated by autograd through the decays they carry: a
+    Hessian-vector product at ``a_t = 0`` matches the dense products' (the matvec, ``to_dense``, sma's linear order)."""
+    a0 = KINDS["from_decays"][0]
+    paths = [(lambda M: M @ X, lambda L: L @ X), (lambda M: M.to_dense(), lambda L: L),
+             (lambda M: sm.sma(q, k, v, M, order="linear"), PATHS["linear"][1])]
+    for structured, dense in paths:
+        hvps = []
+        for f in (lambda a: structured(sm.OneSS.from_decays(a) + sm.Diagonal(D)),
+                  lambda a: dense(products(a) + torch.diag(D))):
+            a = a0.clone().requires_grad_()
+            (g,) = torch.autograd.grad(f(a).square().sum(), a, create_graph=True)
+            hvps.append(torch.autograd.grad(g.sum(), a)[0])
+        close(*hvps)
+
+
 def test_second_derivatives_through_once_differentiable_paths_raise():
     """The matvec, ``to_dense`` and the chunked order take the decays' gradient in hand-written backward passes
     that are not differentiable again: a second derivative raises (their gradient's graph does not reach the
