@@ -140,11 +140,14 @@ def bidiagonal_inverse(a: Bidiagonal) -> OneSS:
     ratio = check_overflow(torch.cat([torch.ones_like(diag[..., :1]), -sub / diag[..., 1:]], dim=-1),
                            "Bidiagonal.inv(): the ratio sub[t-1] / diag[t]")
     size = ratio.abs()
-    phase = torch.cumprod(torch.where(size > 0, ratio / torch.where(size > 0, size, 1.0), 1.0), dim=-1)
+    step = torch.where(size > 0, ratio / torch.where(size > 0, size, 1.0), 1.0)
+    phase = torch.cumprod(step, dim=-1)
     log_size = safe_log(size)
     _check_inverse_range(log_size, size, diag)
-    # 1 / diag_i is the entry (i, i): in range
-    return OneSS._of(log_size, 1.0 / (phase * diag), phase, True, batch)
+    # |r| kept as a decay whose derivative is the phase (1 at r = 0, where abs has none): exact gradients at 0
+    decays = ratio * step.detach().conj()
+    decays = decays.real if decays.is_complex() else decays
+    return OneSS._of(log_size, 1.0 / (phase * diag), phase, True, batch, decays)  # 1 / diag_i: the entry (i, i), in range
 
 
 def _check_inverse_range(log_size: torch.Tensor, size: torch.Tensor, diag: torch.Tensor) -> None:
@@ -177,8 +180,7 @@ def oness_inverse(m: OneSS) -> Bidiagonal:
     bc = b * c
     if bool((bc == 0).any()):
         raise SingularMatrixError("OneSS is singular: some b_t * c_t is zero")
-    # the decays themselves where the matrix holds them: exp(log a) has no gradient at a_t = 0
-    a = (torch.exp(m.log_a) if m.decays is None else m.decays)[..., 1:]
+    a = m.transitions.actual()[..., 1:]  # (with the gradient of the decays it carries: exact at 0)
     diag = check_overflow(1.0 / bc, "OneSS.inv() diagonal")
     sub = check_overflow(-a / (b[..., 1:] * c[..., :-1]), "OneSS.inv() subdiagonal")
     batch, T = m.batch_shape, m.shape[-1]

@@ -8,10 +8,8 @@ from structmat.attention.heads import check_mask, check_qkv, expand_heads
 from structmat.attention.orders import ORDERS, admissible
 from structmat.attention.plan import plan_checked
 from structmat.attention.tuning import Tuning, tuning_for
-from structmat.attention.zero_decays import zero_decay_terms, zero_decays_apply
 from structmat.core.base import StructuredMatrix
 from structmat.core.validation import check_positive_int, check_scalar
-from structmat.matrices.one_ss import zero_decays_added_by_caller
 
 __all__ = ["sma"]
 
@@ -84,15 +82,5 @@ def sma(q, k, v, mask: StructuredMatrix, *, order: str = "auto", scale: float = 
         order, chunk = plan.order, plan.chunk
     work = torch.float32 if dtype in _LOW_PRECISION else dtype  # 16-bit inputs accumulate in float32
     q, k, v = (t if t.dtype == work else t.to(work) for t in (q, k, v))
-    y = _contract(ORDERS[order], q, k, v, mask, scale, tuning, chunk or tuning.chunk)
+    y = ORDERS[order].run(q, k, v, mask, scale, tuning, chunk or tuning.chunk)
     return y if y.dtype == result else y.to(result)
-
-
-def _contract(order, q, k, v, mask: StructuredMatrix, scale, tuning: Tuning, chunk: int) -> torch.Tensor:
-    """``order.run``, plus the exact decay gradients at ``a_t = 0`` of a 1-SS mask (:mod:`~structmat.attention.zero_decays`)."""
-    if not zero_decays_apply(mask):
-        return order.run(q, k, v, mask, scale, tuning, chunk)
-    with zero_decays_added_by_caller():  # added once below, whether or not the order reads mask.to_dense()
-        y = order.run(q, k, v, mask, scale, tuning, chunk)
-    exact = zero_decay_terms(q, k, v, mask, lambda *window: sma(*window, scale=scale, tuning=tuning))
-    return y if exact is None else y + exact

@@ -14,10 +14,18 @@ kind      ``values`` shape          meaning of step ``t``
 Products of consecutive log decays are sums of logs (never ratios of cumulative products), so
 ``a_t = 0`` stays an exact zero and long products of decays near 1 stay accurate. The scalar
 kinds apply to a state of any size ``N``; methods that need it take ``N``.
+
+Log transitions may carry the decays themselves beside their logs (``decays``, the same numbers
+``exp(values)``, as a user gave them), only to differentiate them: the values still come from the logs,
+but the gradient goes to the decays in linear space, where ``d/da_t`` of a product of decays is the
+product of the others, also at ``a_t = 0`` (through ``log a_t = -inf`` it is lost). Every operation
+carries them along as scalar transitions (identity 1, products for sums of logs) while a gradient is
+wanted (:func:`carries_gradient`; otherwise they cost nothing); :meth:`Transitions.actual` joins the two.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import torch
@@ -25,10 +33,33 @@ import torch
 from structmat.core.dtypes import real_dtype
 from structmat.core.validation import check_finite
 
-__all__ = ["Transitions", "KINDS"]
+__all__ = ["Transitions", "KINDS", "carries_gradient", "with_gradient_of"]
 
 _TAIL = {"log": 1, "scalar": 1, "diag": 2, "dense": 3}  # trailing dims of ``values``, time first
 KINDS = tuple(_TAIL)
+
+
+def carries_gradient(decays: torch.Tensor | None) -> bool:
+    """Whether ``decays`` (or None) are differentiated here and now."""
+    return decays is not None and decays.requires_grad and torch.is_grad_enabled()
+
+
+def _keeps_decays(method: Callable[..., Transitions]) -> Callable[..., Transitions]:
+    """A method of log transitions that carry their decays: the decays follow as scalar transitions."""
+
+    @functools.wraps(method)
+    def carried(self: Transitions, *args, **kwargs) -> Transitions:
+        out = method(self, *args, **kwargs)
+        if not carries_gradient(self.decays):
+            return out
+        return Transitions(out.values, out.kind, method(Transitions(self.decays, "scalar"), *args, **kwargs).values)
+
+    return carried
+
+
+def with_gradient_of(values: torch.Tensor, decays: torch.Tensor) -> torch.Tensor:
+    """``values`` (detached) with the gradient of ``decays``: the value of one, the derivative of the other."""
+    return values.detach() + (decays - decays.detach())
 
 
 class Transitions:
@@ -46,9 +77,9 @@ class Transitions:
             [0.5000, 0.5000]])
     """
 
-    __slots__ = ("values", "kind")
+    __slots__ = ("values", "kind", "decays")
 
-    def __init__(self, values: torch.Tensor, kind: str):
+    def __init__(self, values: torch.Tensor, kind: str, decays: torch.Tensor | None = None):
         if not isinstance(values, torch.Tensor):
             raise TypeError(f"values must be a tensor of shape (*, T) (log, scalar), (*, T, N) (diag) or (*, T, N, N) "
                             f"(dense); got {type(values).__name__}")
@@ -56,13 +87,17 @@ class Transitions:
             raise ValueError(f"kind must be one of {KINDS}; got {kind!r}")
         if kind == "log" and values.is_complex():
             raise TypeError("log transitions must be real (logs of non-negative decays)")
+        decays = decays if carries_gradient(decays) else None
+        if decays is not None and (kind != "log" or decays.shape != values.shape):
+            raise ValueError(f"only log transitions keep decays, of the shape of their logs {tuple(values.shape)}")
         self.values = values
         self.kind = kind
+        self.decays = decays  # the log kind: exp(values) themselves, to differentiate exactly (or None)
 
     # --- construction ---------------------------------------------------------------------------
     @classmethod
-    def from_log(cls, log_a: torch.Tensor) -> Transitions:
-        return cls(log_a, "log")
+    def from_log(cls, log_a: torch.Tensor, decays: torch.Tensor | None = None) -> Transitions:
+        return cls(log_a, "log", decays)
 
     @classmethod
     def from_shape(cls, A: torch.Tensor, B: torch.Tensor) -> Transitions:
@@ -114,8 +149,13 @@ class Transitions:
 
     # --- forms -------------------------------------------------------------------------------------
     def actual(self) -> torch.Tensor:
-        """The transitions as a user gives them: decays ``exp(log)`` for the log kind, else ``values``."""
-        return torch.exp(self.values) if self.kind == "log" else self.values
+        """The transitions as a user gives them: decays ``exp(log)`` for the log kind (with the gradient of the
+        decays it keeps, where they are differentiated), else ``values``."""
+        if self.kind != "log":
+            return self.values
+        if not carries_gradient(self.decays):
+            return torch.exp(self.values)
+        return with_gradient_of(torch.exp(self.values), self.decays)
 
     def matrices(self, N: int, dtype: torch.dtype | None = None) -> torch.Tensor:
         """Dense ``(*, T, N, N)``."""
@@ -136,6 +176,13 @@ class Transitions:
     def log_decays(self) -> torch.Tensor | None:
         """``(*, T)`` log decays of scalar decay transitions (the kind a ``OneSS`` keeps), else None."""
         return self.values if self.kind == "log" else None
+
+    def decay_diagonals(self, N: int) -> torch.Tensor | None:
+        """``(*, T, N)`` decays in linear space beside :meth:`log_diagonals` (the decays the log kind keeps, the
+        values of non-negative diagonals), for exact gradients at 0; None where there are none."""
+        if self.kind == "log":
+            return None if self.decays is None else self.decays[..., None].expand(*self.decays.shape, N)
+        return None if self.kind == "dense" or self.values.is_complex() else self.diagonals(N)
 
     def promote(self, dtype: torch.dtype) -> torch.dtype:
         """The dtype of a matrix with these transitions and maps of ``dtype`` (real decays do not make it wider)."""
@@ -159,9 +206,11 @@ class Transitions:
             return torch.eye(self.values.shape[-1], dtype=self.dtype, device=self.device)
         return torch.ones((), dtype=self.dtype, device=self.device)
 
+    @_keeps_decays
     def narrow(self, start: int, length: int) -> Transitions:
         return self._like(self.values.narrow(self._axis, start, length))
 
+    @_keeps_decays
     def padded(self, steps: int) -> Transitions:
         """``steps`` neutral steps appended."""
         if steps == 0:
@@ -170,6 +219,7 @@ class Transitions:
         shape[self._axis] = steps
         return self._like(torch.cat([self.values, self.identity().expand(shape)], dim=self._axis))
 
+    @_keeps_decays
     def with_identity_first(self) -> Transitions:
         """Step 0 replaced by the identity (it is unused by definition: garbage there stays harmless)."""
         rest = self.values.narrow(self._axis, 1, self.length - 1)
@@ -177,35 +227,44 @@ class Transitions:
         shape[self._axis] = 1
         return self._like(torch.cat([self.identity().expand(shape), rest], dim=self._axis))
 
+    @_keeps_decays
     def chunked(self, L: int) -> Transitions:
         """Time cut into ``n`` chunks of ``L`` (padded with neutral steps): ``n`` becomes the last batch dim."""
         n = -(-self.length // L)
         v = self.padded(n * L - self.length).values
         return self._like(v.reshape(*v.shape[: self._axis], n, L, *v.shape[self._axis + 1 :]))
 
+    @_keeps_decays
     def reversed(self) -> Transitions:
         """The transitions of ``J M^T J`` for a lower ``M``: ``A''_t = A_{T-t}^T`` (``roll(flip(A), 1)``)."""
         A = torch.roll(torch.flip(self.values, (self._axis,)), 1, dims=self._axis)
         return self._like(A.transpose(-1, -2) if self.kind == "dense" else A)
 
+    @_keeps_decays
     def expand(self, batch: torch.Size | tuple[int, ...]) -> Transitions:
         tail = self.values.shape[self._axis :]
         return self._like(self.values.expand(*batch, *tail))
 
+    @_keeps_decays
     def reshape_batch(self, batch: tuple[int, ...]) -> Transitions:
         return self._like(self.values.reshape(*batch, *self.values.shape[self._axis :]))
 
     def map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> Transitions:
         """``fn`` applied to ``values``; log decays stay real (a cast to complex applies to the maps only)."""
-        values = fn(self.values)
-        return self._like(values.real if self.kind == "log" and values.is_complex() else values)
+        real = lambda t: t.real if self.kind == "log" and t.is_complex() else t  # noqa: E731
+        decays = real(fn(self.decays)) if carries_gradient(self.decays) else None
+        return Transitions(real(fn(self.values)), self.kind, decays)
 
     def cast(self, dtype: torch.dtype) -> Transitions:
         """In a matrix of ``dtype``: log decays take its real dtype."""
         target = real_dtype(dtype) if self.kind == "log" else dtype
-        return self if self.dtype == target else self._like(self.values.to(target))
+        if self.dtype == target:
+            return self
+        decays = self.decays.to(target) if carries_gradient(self.decays) else None
+        return Transitions(self.values.to(target), self.kind, decays)
 
     # --- products of consecutive steps -------------------------------------------------------------
+    @_keeps_decays
     def prefix(self) -> Transitions:
         """``Phi_t = A_t ... A_0`` along the time axis (for the log kind: cumulative sums of logs)."""
         if self.kind == "log":
@@ -217,6 +276,7 @@ class Transitions:
             phi.append(self.values.select(self._axis, t) @ phi[-1])
         return self._like(torch.stack(phi, dim=self._axis))
 
+    @_keeps_decays
     def suffix(self) -> Transitions:
         """``Psi_t = A_end ... A_{t+1}`` (the identity at the last step)."""
         rest = self.narrow(1, self.length - 1)
@@ -234,6 +294,7 @@ class Transitions:
             psi.append(psi[-1] @ self.values.select(self._axis, t))
         return self._like(torch.stack(psi[::-1], dim=self._axis))
 
+    @_keeps_decays
     def total(self) -> Transitions:
         """``A_end ... A_0`` with the time axis removed: the last batch dim becomes the time axis."""
         if self.kind == "log":
@@ -242,6 +303,7 @@ class Transitions:
             return self._like(self.values.prod(self._axis))
         return self.prefix().last()
 
+    @_keeps_decays
     def last(self) -> Transitions:
         """The last step with the time axis removed: the last batch dim becomes the time axis."""
         return self._like(self.values.select(self._axis, self.length - 1))
@@ -285,7 +347,8 @@ class Transitions:
         """``diag(A1_t, A2_t)``: the transitions of a sum of two recurrences (diagonal where both are)."""
         T = self.length
         fit = lambda t, n: t if t.shape == (*batch, T, n) else t.expand(*batch, T, n)  # noqa: E731
-        if self.kind == "log" and other.kind == "log" and n1 == n2 == 1 and self.values.shape == other.values.shape:
+        plain = not (carries_gradient(self.decays) or carries_gradient(other.decays))  # (diagonals() carry them)
+        if plain and self.kind == "log" and other.kind == "log" and n1 == n2 == 1 and self.values.shape == other.values.shape:
             return Transitions(fit(torch.exp(torch.stack([self.values, other.values], -1)), 2), "diag")  # one exp of both
         d1, d2 = self.diagonals(n1), other.diagonals(n2)
         if d1 is not None and d2 is not None:
@@ -301,7 +364,10 @@ class Transitions:
     def kron(self, other: Transitions, n1: int, n2: int, batch) -> Transitions:
         """``A1_t (x) A2_t``: the transitions of an elementwise product of two recurrences."""
         if self.kind == "log" and other.kind == "log":
-            return Transitions(self.values + other.values, "log")
+            own = lambda A: torch.exp(A.values) if A.decays is None else A.decays  # noqa: E731
+            carried = carries_gradient(self.decays) or carries_gradient(other.decays)
+            decays = own(self) * own(other) if carried else None
+            return Transitions(self.values + other.values, "log", decays)
         d1, d2 = self.diagonals(n1), other.diagonals(n2)
         if d1 is not None and d2 is not None:
             return Transitions((d1[..., :, None] * d2[..., None, :]).flatten(-2).expand(*batch, -1, n1 * n2), "diag")

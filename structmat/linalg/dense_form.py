@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from structmat.core.transitions import carries_gradient
 from structmat.linalg.block_solve import chunk_maps
 from structmat.linalg.segsum import segment_products
 from structmat.linalg.semiseparable import Generators
@@ -30,8 +31,8 @@ DENSE_CHUNK = 64
 
 def sss_dense(G: Generators) -> torch.Tensor:
     """The lower matrix ``(*, T, T)`` of the generators ``G``: whole segment products up to :data:`DENSE_CHUNKED_T`
-    steps and for dense transitions, else in chunks (module docstring). ``O(T^2 N)`` for scalar and diagonal
-    transitions.
+    steps, for dense transitions and for log decays whose gradient is wanted in linear space, else in chunks
+    (module docstring). ``O(T^2 N)`` for scalar and diagonal transitions.
 
     Examples
     --------
@@ -42,7 +43,7 @@ def sss_dense(G: Generators) -> torch.Tensor:
             [0.5000, 1.0000, 0.0000],
             [0.2500, 0.5000, 1.0000]])
     """
-    if G.length <= DENSE_CHUNKED_T or G.A.kind == "dense":
+    if G.length <= DENSE_CHUNKED_T or G.A.kind == "dense" or carries_gradient(G.A.decays):  # (exact decay gradients)
         return G.dense()
     T = G.length
     maps = chunk_maps(G.expand(G.batch_shape), DENSE_CHUNK)

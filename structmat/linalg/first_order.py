@@ -6,6 +6,10 @@ decay, LAPACK's banded solve otherwise) and the blocked scan elsewhere
 are sums of logs). The backward is the transposed recurrence ``l_t = g_t + a_{t+1} l_{t+1}`` by the
 same solver, and the gradient of a decay is ``dL/da_t = <l_t, h_{t-1}>``: finite and exact at
 ``a_t = 0`` and at subnormal decays, where a chain rule through ``log a`` would give ``0 / 0``.
+:func:`decay_matrix` is the same recurrence on the identity: the dense 1-SS decay mask.
+
+These backward passes are not differentiable again (``once_differentiable``): second derivatives
+with respect to the decays or the operand through them raise.
 """
 
 from __future__ import annotations
@@ -15,8 +19,9 @@ import torch
 from structmat.core.validation import broadcast_shapes
 from structmat.linalg import iir
 from structmat.linalg.scan import decay_scan
+from structmat.linalg.segsum import decay_products
 
-__all__ = ["first_order_scan"]
+__all__ = ["first_order_scan", "decay_matrix"]
 
 
 def _blocked(log_a: torch.Tensor, X: torch.Tensor, transpose: bool) -> torch.Tensor:
@@ -25,6 +30,22 @@ def _blocked(log_a: torch.Tensor, X: torch.Tensor, transpose: bool) -> torch.Ten
         rev = torch.roll(torch.flip(log_a, (-1,)), 1, dims=-1)
         return torch.flip(_blocked(rev, torch.flip(X, (-2,)), False), (-2,))
     return decay_scan(torch.cat([torch.zeros_like(log_a[..., :1]), log_a[..., 1:]], dim=-1), X)
+
+
+def _adjoint(log_a: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+    """``(I - S diag(a))^{-T} grad``: the transposed recurrence (compiled code on the CPU, not while
+    torch.compile traces the backward: the scan, which it can trace)."""
+    traced = torch.compiler.is_compiling() or grad.is_complex()
+    compiled, a_const = (False, None) if traced else iir.compiled_path(log_a, grad)
+    return _run(log_a, grad, compiled, a_const, transpose=True)
+
+
+def _decay_gradient(lam: torch.Tensor, h: torch.Tensor, shape: torch.Size, transpose: bool = False) -> torch.Tensor:
+    """``dL/da_t = <l_t, h_{t-1}>``, or ``<h_t, l_{t-1}>`` for the transposed recurrence (``a_0`` enters
+    nothing), real, summed to the decays' ``shape``."""
+    ga = (lam[..., 1:, :] * h[..., :-1, :].conj() if not transpose else h[..., 1:, :] * lam[..., :-1, :].conj()).sum(-1)
+    ga = torch.nn.functional.pad(ga.real if ga.is_complex() else ga, (1, 0))
+    return ga.sum_to_size(shape)
 
 
 def _run(log_a, X, compiled, a_const, transpose):
@@ -46,12 +67,25 @@ class _FirstOrderScan(torch.autograd.Function):
     def backward(ctx, grad):
         log_a, h = ctx.saved_tensors
         lam = _run(log_a, grad, ctx.compiled, ctx.a_const, not ctx.transpose)
-        grad_a = None
-        if ctx.needs_input_grad[1]:  # dL/da_t = <l_t, h_{t-1}>, or <h_t, l_{t-1}> for the transposed recurrence
-            ga = (lam[..., 1:, :] * h[..., :-1, :].conj() if not ctx.transpose else h[..., 1:, :] * lam[..., :-1, :].conj()).sum(-1)
-            ga = ga.real if ga.is_complex() else ga  # real decays
-            grad_a = torch.cat([torch.zeros_like(ga[..., :1]), ga], dim=-1).sum_to_size(ctx.a_shape)
+        grad_a = _decay_gradient(lam, h, ctx.a_shape, ctx.transpose) if ctx.needs_input_grad[1] else None
         return None, grad_a, lam, None, None, None
+
+
+class _DecayMatrix(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, log_a, a):
+        L = decay_products(log_a)  # log_a[..., 0] never enters
+        ctx.save_for_backward(log_a, L)
+        ctx.a_shape = a.shape
+        return L
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        log_a, L = ctx.saved_tensors
+        if L.shape[-1] < 2:  # no decay enters a product
+            return None, torch.zeros(ctx.a_shape, dtype=L.dtype, device=L.device)
+        return None, _decay_gradient(_adjoint(log_a, grad.to(L.dtype)), L, ctx.a_shape)
 
 
 def first_order_scan(log_a: torch.Tensor, X: torch.Tensor, decays: torch.Tensor | None = None,
@@ -82,3 +116,21 @@ def first_order_scan(log_a: torch.Tensor, X: torch.Tensor, decays: torch.Tensor 
     else:
         a = log_a  # no gradient wanted: only its shape is read (exp of a T-long expanded decay costs a pass)
     return _FirstOrderScan.apply(log_a.detach(), a, X, compiled, a_const, transpose)
+
+
+def decay_matrix(log_a: torch.Tensor, decays: torch.Tensor) -> torch.Tensor:
+    """``L[..., j, i] = a_{i+1} ... a_j`` for ``j >= i`` (0 above) from ``log_a (*, T)``: ``exp`` of the segment
+    sums (exact zeros), with the gradient of ``decays`` (the same decays, ``(*, T)``) in linear space.
+
+    ``L = (I - S diag(a))^{-1}`` is :func:`first_order_scan` of the identity, so
+    ``dL/da_t = sum_i (L^T G)[t, i] L[t-1, i]`` for the incoming gradient ``G``: one transposed scan of
+    ``T`` columns, ``O(T^2)``, exact at ``a_t = 0``.
+
+    Examples
+    --------
+    >>> a = torch.tensor([1.0, 0.5, 0.0], requires_grad=True)
+    >>> L = decay_matrix(torch.log(a.detach()), a)
+    >>> L[2, 0].backward(); a.grad  # d(a_1 a_2)/da_2 = a_1 at a_2 = 0
+    tensor([0.0000, 0.0000, 0.5000])
+    """
+    return _DecayMatrix.apply(log_a.detach(), decays)

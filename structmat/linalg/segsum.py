@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import torch
 
-from structmat.core.transitions import Transitions
+from structmat.core.transitions import Transitions, carries_gradient, with_gradient_of
 
-__all__ = ["segsum", "decay_products", "segment_products", "DECAY_BLOCK"]
+__all__ = ["segsum", "decay_products", "segment_products", "factor_products", "DECAY_BLOCK"]
 
 
 def segsum(x: torch.Tensor) -> torch.Tensor:
@@ -90,10 +90,19 @@ def segment_products(A: Transitions) -> torch.Tensor | None:
     if A.kind == "dense":
         return None
     if A.kind == "log":
-        return decay_products(A.values)
+        P = decay_products(A.values)
+        # the decays a log kind carries: the value from the logs, the gradient from the factors (exact at a_t = 0)
+        return with_gradient_of(P, factor_products(A.decays)) if carries_gradient(A.decays) else P
     a = A.values if A.kind == "scalar" else A.values.movedim(-1, -2)  # (*, T) or (*, N, T)
     if not a.is_complex() and bool((a[..., 1:] > 0).all()):  # positive decays: in log space (exact gradients)
         return decay_products(torch.log(torch.cat([torch.ones_like(a[..., :1]), a[..., 1:]], -1)))
+    return factor_products(a)
+
+
+def factor_products(a: torch.Tensor) -> torch.Tensor:
+    """``P[..., j, i] = a_j ... a_{i+1}`` (one at ``j = i``, zero above) from factors ``a (*, T)`` of any sign or
+    complex: a masked cumulative product, every entry its own product of consecutive factors (no ratio, so zeros
+    stay exact and autograd differentiates it, twice, exactly at them). ``O(T^2)``."""
     T = a.shape[-1]
     later = torch.ones(T, T, dtype=torch.bool, device=a.device).triu(1)  # [i, k]: step k comes after column i
     factors = torch.where(later, a[..., None, :], torch.ones((), dtype=a.dtype, device=a.device))

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import threading
-
 import torch
 
 from structmat.core import small
 from structmat.core.dtypes import real_dtype
-from structmat.core.transitions import Transitions
+from structmat.core.transitions import Transitions, carries_gradient
 from structmat.core.validation import (
     as_tensor,
     check_count,
@@ -16,25 +14,14 @@ from structmat.core.validation import (
     check_dtype,
     check_finite,
     check_nonnegative,
-    finite_checks_enabled,
-    thread_flag,
     trusted_parameters,
 )
 from structmat.linalg.dense_form import sss_dense
-from structmat.linalg.first_order import first_order_scan
-from structmat.linalg.segsum import decay_products
+from structmat.linalg.first_order import decay_matrix, first_order_scan
 from structmat.linalg.semiseparable import Generators
 from structmat.matrices.sss import SSS
 
-__all__ = ["OneSS", "safe_log", "zero_decays_added_by_caller"]
-
-_CALLER = threading.local()
-
-
-def zero_decays_added_by_caller() -> thread_flag:
-    """Within the block ``to_dense`` leaves out its zero-decay gradient terms: the caller adds them for its
-    whole result (``sma`` does, for every order)."""
-    return thread_flag(_CALLER, "adds", True, default=False)
+__all__ = ["OneSS", "safe_log"]
 
 
 def safe_log(a: torch.Tensor) -> torch.Tensor:
@@ -79,7 +66,6 @@ class OneSS(SSS):
     """
 
     def __init__(self, log_a, *, b=None, c=None, lower: bool = True, dtype: torch.dtype | None = None, device=None):
-        self.decays = None  # the decays themselves where the matrix was built from them (exact gradients at 0)
         dtype = check_dtype(dtype)
         real = None if dtype is None else real_dtype(dtype)
         log_a = as_tensor(log_a, "log_a", dtype=real, device=device)
@@ -112,7 +98,7 @@ class OneSS(SSS):
         log_a = G.A.log_decays()
         if log_a is None or G.order != 1 or G.D is not None:
             return SSS(G.A, G.B, G.C, G.D, lower=lower)
-        return OneSS(log_a, b=G.B[..., 0], c=G.C[..., 0], lower=lower)
+        return OneSS(log_a, b=G.B[..., 0], c=G.C[..., 0], lower=lower)._with_decays(G.A.decays)
 
     @classmethod
     def _assemble(cls, G: Generators, lower: bool, batch: tuple[int, ...]) -> SSS:
@@ -120,36 +106,51 @@ class OneSS(SSS):
         unchecked, as :meth:`SSS._assemble`."""
         if G.A.kind != "log" or G.B.shape[-1] != 1 or G.D is not None:
             return SSS._assemble(G, lower, batch)
-        return OneSS._of(G.A.values, G.B[..., 0], G.C[..., 0], lower, batch)
+        return OneSS._of(G.A.values, G.B[..., 0], G.C[..., 0], lower, batch, G.A.decays)
 
     @classmethod
     def _of(cls, log_a: torch.Tensor, b: torch.Tensor | None, c: torch.Tensor | None, lower: bool,
             batch: tuple[int, ...], decays: torch.Tensor | None = None) -> OneSS:
         """The OneSS of parameters taken from checked matrices (real ``log_a``, shapes that fit, ``batch`` their
-        broadcast batch): unchecked, as :meth:`SSS._assemble`."""
+        broadcast batch; ``decays``, where differentiated, the same numbers as ``exp(log_a)`` of its shape):
+        unchecked, as :meth:`SSS._assemble`."""
         M = object.__new__(OneSS)
         ones = None if b is not None and c is not None else \
             torch.ones((), dtype=log_a.dtype, device=log_a.device).expand(*log_a.shape, 1)
-        M._set(Generators(Transitions(log_a, "log"), ones if b is None else b[..., None], ones if c is None else c[..., None]),
-               lower, batch)
-        M.log_a, M.b, M.c, M.decays = M.transitions.values, b, c, decays
+        M._set(Generators(Transitions(log_a, "log", decays), ones if b is None else b[..., None],
+                          ones if c is None else c[..., None]), lower, batch)
+        M.log_a, M.b, M.c = M.transitions.values, b, c
         return M
 
     # --- structure: unit scalings stay None (the matvec then skips them) ---------------------------
+    @property
+    def decays(self) -> torch.Tensor | None:
+        """The decays ``exp(log_a)`` themselves where the matrix was built from them and they are differentiated
+        (their gradient is then exact at 0: see :class:`~structmat.core.transitions.Transitions`), else None."""
+        return self.transitions.decays
+
     def _with_decays(self, decays: torch.Tensor | None) -> OneSS:
-        self.decays = decays if decays is None or decays.dtype == self.log_a.dtype else decays.to(self.log_a.dtype)
+        """The matrix with its decays (the same numbers as ``exp(log_a)``, broadcast to it) carried beside ``log_a``
+        while they are differentiated."""
+        if not carries_gradient(decays):
+            return self
+        log_a = self.transitions.values
+        if decays.dtype != log_a.dtype:  # (guarded: each call costs microseconds)
+            decays = decays.to(log_a.dtype)
+        if decays.shape != log_a.shape:
+            decays = decays.expand(log_a.shape)
+        self.transitions = Transitions.from_log(log_a, decays)
         return self
 
     def _map(self, fn) -> OneSS:
         keep = lambda t: None if t is None else fn(t)  # noqa: E731
-        real = lambda t: None if t is None else (lambda u: u.real if u.is_complex() else u)(fn(t))  # noqa: E731
         c = keep(self.c)
         if self.b is None and c is None:  # the scalings carry a complex dtype; the decays stay real
             probe = fn(torch.ones((), dtype=self.dtype, device=self.device))
             if probe.is_complex():
                 c = probe.expand(self.log_a.shape)
-        out = OneSS(self.transitions.map(fn).values, b=keep(self.b), c=c, lower=self.lower)
-        return out._with_decays(real(self.decays))
+        mapped = self.transitions.map(fn)
+        return OneSS(mapped.values, b=keep(self.b), c=c, lower=self.lower)._with_decays(mapped.decays)
 
     @property
     def T(self) -> OneSS:
@@ -162,9 +163,8 @@ class OneSS(SSS):
 
     def reverse(self) -> OneSS:
         flip = lambda t: None if t is None else torch.flip(t, (-1,))  # noqa: E731
-        rev = lambda t: None if t is None else torch.roll(torch.flip(t, (-1,)), 1, dims=-1)  # noqa: E731
-        return OneSS._of(self.transitions.reversed().values, flip(self.c), flip(self.b), not self.lower, self.batch_shape,
-                         rev(self.decays))
+        rev = self.transitions.reversed()
+        return OneSS._of(rev.values, flip(self.c), flip(self.b), not self.lower, self.batch_shape, rev.decays)
 
     # --- constructors -------------------------------------------------------------------------------
     @classmethod
@@ -196,7 +196,8 @@ class OneSS(SSS):
         check_finite(g, "gamma")
         check_nonnegative(g, "gamma")
         with trusted_parameters():  # gamma checked above: not its T-fold expansion again
-            return cls(safe_log(g)[..., None].expand(*g.shape, T))
+            out = cls(safe_log(g)[..., None].expand(*g.shape, T))
+        return out._with_decays(g[..., None]) if carries_gradient(g) else out
 
     def solve(self, Y) -> torch.Tensor:
         """Solve ``M X = Y`` through the exact bidiagonal inverse: ``O(T K)``, no scan (a small matrix:
@@ -208,33 +209,14 @@ class OneSS(SSS):
     # --- products -----------------------------------------------------------------------------------
     def to_dense(self) -> torch.Tensor:
         """``c_j exp(segsum(log_a))[j, i] b_i``, the segment sums as short cumulative sums
-        (:func:`~structmat.linalg.segsum.decay_products`; long sequences in chunks,
-        :func:`~structmat.linalg.dense_form.sss_dense`)."""
-        a = self.decays
-        if a is None or not (a.requires_grad and torch.is_grad_enabled()):  # no zero-decay gradient terms to add
-            dense = sss_dense(self.generators).expand(self.shape)
+        (long sequences in chunks, :func:`~structmat.linalg.dense_form.sss_dense`); the decays' gradient in linear
+        space where the matrix keeps them (:func:`~structmat.linalg.first_order.decay_matrix`)."""
+        if carries_gradient(self.decays):
+            L = decay_matrix(self.log_a.detach(), self.decays).to(self.dtype)
+            dense = (self.C * L * self.B.transpose(-1, -2)).expand(self.shape)  # c_j L[j, i] b_i
         else:
-            L = decay_products(self.log_a).to(self.dtype)  # log_a[..., 0] never enters
-            C, B = self.C[..., 0], self.B[..., 0]
-            dense = (C[..., :, None] * L * B[..., None, :] + self._zero_decay_terms(L, C, B)).expand(self.shape)
+            dense = sss_dense(self.generators).expand(self.shape)
         return dense if self.lower else dense.transpose(-1, -2)
-
-    def _zero_decay_terms(self, L: torch.Tensor, C: torch.Tensor, B: torch.Tensor) -> torch.Tensor | float:
-        """``sum_{t: a_t = 0} a_t dM/da_t``, zero in value: at ``log a_t = -inf`` the log-space products lose
-        ``dM[j, i]/da_t = c_j L[j, t] L[t-1, i] b_i``; this term gives it back (first order). Reads the decays
-        on the host, so only where finite checks run (not while torch.compile traces)."""
-        a = self.decays
-        wanted = a is not None and a.requires_grad and torch.is_grad_enabled() and not getattr(_CALLER, "adds", False)
-        if not (wanted and finite_checks_enabled()) or L.numel() == 0:
-            return 0.0
-        zeros = (a.detach()[..., 1:] == 0).reshape(-1, a.shape[-1] - 1).any(0).nonzero()[:, 0] + 1
-        if zeros.numel() == 0:
-            return 0.0
-        Ld = L.detach()
-        cut = a[..., zeros]
-        cut = torch.where(cut == 0, cut, torch.zeros_like(cut))  # only the zero decays of each batch row
-        cols = C.detach()[..., :, None] * Ld[..., :, zeros] * cut[..., None, :]
-        return cols @ (Ld[..., zeros - 1, :] * B.detach()[..., None, :])
 
     def _matmat(self, X: torch.Tensor) -> torch.Tensor:
         # lower: diag(c) F diag(b) X with F the first-order recurrence; upper: its transpose diag(b) F^T diag(c) X

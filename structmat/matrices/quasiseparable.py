@@ -91,11 +91,14 @@ class Quasiseparable(StructuredMatrix):
                              f"diag {tuple(d.shape)} (expected (*, T, T), (*, T, T) and (*, T) with batch dims * "
                              "that broadcast)") from err
         dtype = torch.promote_types(torch.promote_types(lower.dtype, upper.dtype), d.dtype)
-        self.lower_part = strict_part(lower if lower.dtype == dtype else lower.to(dtype))
-        self.upper_part = strict_part(upper if upper.dtype == dtype else upper.to(dtype))
+        lower, upper = (m if m.dtype == dtype else m.to(dtype) for m in (lower, upper))
+        self.lower_part, self.upper_part = strict_part(lower), strict_part(upper)
         self.diag = d if d.dtype == dtype else d.to(dtype)
+        # two 1-SS sides whose decays are differentiated (LION, bidirectional): kept whole, with their diagonals,
+        # for their faster products (the generic parts' products are exact too, through the decays they carry)
+        one_ss = isinstance(lower, OneSS) and isinstance(upper, OneSS)
+        self.halves = (lower, upper) if one_ss and (lower.decays is not None or upper.decays is not None) else None
         T = d.shape[-1]
-        self.decay_parts: tuple[OneSS, OneSS] | None = None  # set by lion(): see _lion
         super().__init__((*batch, T, T), dtype, d.device)
 
     @classmethod
@@ -104,7 +107,7 @@ class Quasiseparable(StructuredMatrix):
         from checked matrices, of one dtype and device, ``batch`` their broadcast batch: unchecked (a closure
         operation on small matrices costs less than the constructor's checks)."""
         M = object.__new__(Quasiseparable)
-        M.lower_part, M.upper_part, M.diag, M.decay_parts = lower, upper, diag, None
+        M.lower_part, M.upper_part, M.diag, M.halves = lower, upper, diag, None
         T = diag.shape[-1]
         StructuredMatrix.__init__(M, (*batch, T, T), diag.dtype, diag.device)
         return M
@@ -180,11 +183,7 @@ class Quasiseparable(StructuredMatrix):
     def _lion(cls, forward: OneSS) -> Quasiseparable:
         # M[i, j] for i < j is c_i prod b_j: the transpose of the lower mask with b and c swapped
         upper = OneSS(forward.log_a, b=forward.c, c=forward.b, lower=False)._with_decays(forward.decays)
-        out = cls(forward, upper, forward.diagonal())
-        # the two halves as 1-SS masks with their decays: the matvec, to_dense and sma differentiate the decays
-        # exactly at a_t = 0 through them (the generic parts hold only log decays)
-        out.decay_parts = (forward, upper) if forward.decays is not None else None
-        return out
+        return cls(forward, upper, forward.diagonal())
 
     @property
     def order(self) -> tuple[int, int]:
@@ -196,33 +195,39 @@ class Quasiseparable(StructuredMatrix):
     def matvec_flops(self, K: int) -> float:
         return self.lower_part.matvec_flops(K) + self.upper_part.matvec_flops(K) + K * self.shape[-1]
 
-    def _exact_halves(self) -> tuple[OneSS, OneSS] | None:
-        """A LION mask's 1-SS halves where its decays are differentiated (each half holds the diagonal); not while
-        torch.compile traces (the 1-SS matvec runs compiled CPU code that dynamo cannot trace)."""
-        parts = self.decay_parts
-        wanted = parts is not None and parts[0].decays.requires_grad and torch.is_grad_enabled()
-        return parts if wanted and not torch.compiler.is_compiling() else None
+    def _sides(self) -> tuple[SSS, SSS]:
+        """The lower and upper sides: the 1-SS halves where they are kept, else the strict parts."""
+        return (self.lower_part, self.upper_part) if self.halves is None else self.halves
+
+    def _halves_diagonal(self) -> torch.Tensor:
+        """What the halves' sum lacks on the diagonal: ``diag - diag(lower) - diag(upper)``."""
+        return self.diag - self.halves[0].diagonal() - self.halves[1].diagonal()
 
     def to_dense(self) -> torch.Tensor:
-        if (halves := self._exact_halves()) is not None:
-            return halves[0].to_dense() + halves[1].to_dense() - torch.diag_embed(self.diag)
+        if self.halves is not None:
+            return self.halves[0].to_dense() + self.halves[1].to_dense() + torch.diag_embed(self._halves_diagonal())
         return self.lower_part.to_dense() + self.upper_part.to_dense() + torch.diag_embed(self.diag)
 
     def _matmat(self, X: torch.Tensor) -> torch.Tensor:
-        if (halves := self._exact_halves()) is not None:
-            return halves[0].matmul(X) + halves[1].matmul(X) - self.diag[..., None] * X
+        if self.halves is not None and not torch.compiler.is_compiling():  # (their CPU scan graph-breaks)
+            lower, upper = self.halves
+            return lower.matmul(X) + upper.matmul(X) + self._halves_diagonal()[..., None] * X
         return self.lower_part._matmat(X) + self.upper_part._matmat(X) + self.diag[..., None] * X
 
     def _map(self, fn) -> Quasiseparable:
-        return Quasiseparable(self.lower_part._map(fn), self.upper_part._map(fn), fn(self.diag))
+        lower, upper = self._sides()
+        return Quasiseparable(lower._map(fn), upper._map(fn), fn(self.diag))
 
     @property
     def T(self) -> Quasiseparable:
+        if self.halves is not None:
+            return Quasiseparable(self.halves[1].T, self.halves[0].T, self.diag)
         return small.keep(self, "T", lambda: Quasiseparable._of(self.upper_part.T, self.lower_part.T, self.diag,
                                                                 self.batch_shape))
 
     def _scale(self, s) -> Quasiseparable:
-        return Quasiseparable(self.lower_part * s, self.upper_part * s, self.diag * s)
+        lower, upper = self._sides()
+        return Quasiseparable(lower * s, upper * s, self.diag * s)
 
     def compress(self, tol: float | None = None) -> Quasiseparable:
         """Minimal orders for both triangular parts (see :meth:`SSS.compress`)."""

@@ -73,3 +73,29 @@ def test_combinations_and_log_diagonals():
         sm.Transitions(torch.ones(3), "banded")
     with pytest.raises(TypeError, match="must be real"):
         sm.Transitions(torch.ones(3, dtype=torch.complex64), "log")
+
+
+def test_log_transitions_carry_their_decays_through_every_operation():
+    """Decays kept beside the logs follow every operation (the same numbers as ``exp`` of the values), and
+    ``actual()`` differentiates them in linear space: a product across ``a_t = 0`` keeps ``d/da_t``."""
+    a = rand(2, 6, seed=7)
+    a[0, 2] = 0.0
+    a.requires_grad_()
+    log_a = torch.where(a > 0, a.detach().clamp_min(1e-300).log(), float("-inf"))
+    A = sm.Transitions.from_log(log_a, a)
+    other = sm.Transitions.from_log(rand(2, 6, seed=8).log())
+    steps = {"narrow": A.narrow(1, 4), "padded": A.padded(2), "identity first": A.with_identity_first(),
+             "chunked": A.chunked(4), "reversed": A.reversed(), "expand": A.expand((3, 2)),
+             "reshape": A.reshape_batch((2, 1)), "map": A.map(lambda t: t.to(torch.complex128)),
+             "cast": A.cast(torch.float32), "prefix": A.prefix(), "suffix": A.suffix(), "total": A.total(),
+             "last": A.last(), "kron": A.kron(other, 1, 1, (2,))}
+    for name, out in steps.items():
+        assert out.decays is not None and out.decays.shape == out.values.shape, name
+        close(out.decays, torch.exp(out.values), rtol=1e-6 if name == "cast" else 1e-12)
+    (g,) = torch.autograd.grad(A.prefix().actual()[0, -1], a)  # a_0 ... a_5 with a_2 = 0
+    close(g[0, 2], a.detach()[0, [0, 1, 3, 4, 5]].prod())
+    with torch.no_grad():  # nothing to differentiate: they are left behind (and cost nothing)
+        assert A.prefix().decays is None and A.narrow(1, 2).decays is None
+    assert sm.Transitions.from_log(log_a, a.detach()).decays is None
+    with pytest.raises(ValueError, match="only log transitions keep decays"):
+        sm.Transitions(torch.ones(3), "scalar", a[0, :3])

@@ -17,7 +17,9 @@ from structmat.attention.heads import add_diagonal, mask_as_bh, mask_to_bh, out_
 from structmat.attention.orders.registry import Cost, Order, Problem
 from structmat.attention.tuning import Tuning
 from structmat.core.base import StructuredMatrix
+from structmat.core.transitions import carries_gradient
 from structmat.kernels.chunked_decay import chunked_decay, triton_applies
+from structmat.kernels.decay_adjoint import with_exact_decay_gradient
 from structmat.linalg.block_solve import chunk_maps
 from structmat.linalg.scan import linear_scan
 from structmat.matrices.one_ss import OneSS
@@ -43,8 +45,11 @@ def chunk_terms(mask: StructuredMatrix) -> list[SSS] | None:
     log_a = None if mask.dtype.is_complex else G.A.log_diagonals(mask.order)
     if log_a is None:
         return [mask]
-    log_a = torch.cat([torch.zeros_like(log_a[..., :1, :]), log_a[..., 1:, :]], dim=-2)
-    return [OneSS._of(log_a[..., m], G.B[..., m], G.C[..., m], mask.lower, mask.batch_shape) for m in range(mask.order)]
+    first = lambda t, one: torch.cat([torch.full_like(t[..., :1, :], one), t[..., 1:, :]], dim=-2)  # noqa: E731
+    log_a, decays = first(log_a, 0.0), G.A.decay_diagonals(mask.order)  # the decays: exact gradients at 0
+    decays = None if decays is None else first(decays, 1.0)
+    return [OneSS._of(log_a[..., m], G.B[..., m], G.C[..., m], mask.lower, mask.batch_shape,
+                      None if decays is None else decays[..., m]) for m in range(mask.order)]
 
 
 def _chunked_tile(tuning: Tuning, p: Problem, chunk: int) -> int:
@@ -56,7 +61,8 @@ def _chunked_tile(tuning: Tuning, p: Problem, chunk: int) -> int:
 def _one(q, k, v, mask: OneSS, scale: float, tuning: Tuning, chunk: int, dtype: torch.dtype) -> torch.Tensor:
     """``sma(q, k, v, mask)`` for a OneSS mask through the chunked-decay primitive, in ``dtype``: ``x = v``,
     ``log_a`` the mask's decays, ``B = k b``, ``C = q c`` (unit scalings skipped); time blocks with the state
-    carried."""
+    carried. Decays the mask keeps and differentiates get their gradient in linear space
+    (:mod:`~structmat.kernels.decay_adjoint`)."""
     Bsz, T, H, N = q.shape
     reverse = not mask.lower  # an upper mask is the lower one in reversed time
     lower = mask.reverse() if reverse else mask
@@ -65,6 +71,9 @@ def _one(q, k, v, mask: OneSS, scale: float, tuning: Tuning, chunk: int, dtype: 
     expand = lambda t: None if t is None else t.reshape((1,) * (3 - t.dim()) + t.shape).expand(Bsz, H, T).transpose(1, 2)  # noqa: E731
     log_a = expand(torch.cat([torch.zeros_like(lower.log_a[..., :1]), lower.log_a[..., 1:]], -1))
     b, c = (None if t is None else t[..., None] for t in (expand(lower.b), expand(lower.c)))
+    exact = carries_gradient(lower.decays)
+    if exact:
+        log_a = log_a.detach()  # the decays' gradient comes from the adjoint below
     v = v if v.dtype == dtype else v.to(dtype)
     kernel = chunk in TRITON_CHUNKS and triton_applies(v, log_a, k if b is None else b, q if c is None else c)
     backend = "triton" if kernel else "torch"
@@ -81,7 +90,12 @@ def _one(q, k, v, mask: OneSS, scale: float, tuning: Tuning, chunk: int, dtype: 
         parts.append(torch.flip(y, (1,)) if reverse else y)
     y = parts[0] if len(parts) == 1 else torch.cat(parts[::-1] if reverse else parts, dim=1)  # (in input time)
     y = y if y.dtype == dtype else y.to(dtype)
-    return y if isinstance(scale, float) and scale == 1.0 else y * scale
+    y = y if isinstance(scale, float) and scale == 1.0 else y * scale
+    if not exact:
+        return y
+    time = (lambda t: torch.flip(t, (1,))) if reverse else (lambda t: t)  # noqa: E731  the recurrence's time
+    kb, qc = time(k) if b is None else time(k) * b, time(q) if c is None else time(q) * c
+    return time(with_exact_decay_gradient(time(y), expand(lower.decays), time(v), log_a, kb, qc * scale))
 
 
 def _sss(q, k, v, mask: SSS, scale: float, chunk: int) -> torch.Tensor:
