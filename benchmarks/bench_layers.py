@@ -35,6 +35,7 @@ SEQLEN = 2048  # tokens per sequence; the batch sets the tokens per call
 TOKENS = (16384, 65536)
 D_MODELS = (1024, 2048)
 DECODE_BATCHES = (1, 16, 128)
+DECODE_ROUNDS = 5  # alternating rounds per decode point: both blocks are host-bound, so single timings are noisy
 
 
 def load_peer():
@@ -121,26 +122,38 @@ def training_row(mods: dict, d_model: int, tokens: int, seqlen: int, device, dty
     return row
 
 
-def decode_row(mods: dict, d_model: int, batch: int, device, dtype, bench) -> dict:
-    """Latency of one ``step`` (states updated in place, as in generation); outputs compared after 4 steps."""
+def decode_row(mods: dict, d_model: int, batch: int, device, dtype, bench, rounds: int = DECODE_ROUNDS) -> dict:
+    """Latency of one ``step`` under ``inference_mode`` (states updated in place, as in generation), the blocks
+    timed in alternation for ``rounds`` rounds (best of each kept; the ratio's range over the rounds reported);
+    outputs compared after 4 steps."""
     row = {"d_model": d_model, "decode_batch": batch}
     u = torch.randn(batch, 1, d_model, device=device, dtype=dtype)
-    outs = {}
+    outs, steps = {}, {}
     for name, m in mods.items():
         conv_state, ssm_state = m.allocate_inference_cache(batch, 1)
-        with torch.no_grad():
+        with torch.inference_mode():
             for _ in range(4):
                 y, conv_state, ssm_state = m.step(u, conv_state, ssm_state)
             outs[name] = y.float()
 
-            def step(m=m, conv_state=conv_state, ssm_state=ssm_state):
+        def step(m=m, conv_state=conv_state, ssm_state=ssm_state):
+            with torch.inference_mode():
                 m.step(u, conv_state, ssm_state)
 
-            row[f"{name}_step_us"] = 1e3 * bench(step)
+        steps[name] = step
+    times = {name: [] for name in mods}
+    for _ in range(rounds):
+        for name in mods:
+            times[name].append(1e3 * bench(steps[name]))
+    for name in mods:
+        row[f"{name}_step_us"] = min(times[name])
+        row[f"{name}_step_us_rounds"] = times[name]
     if "mamba_ssm" in outs:
         ref = outs["mamba_ssm"]
         row["rel_diff_vs_mamba_ssm"] = float((outs["structmat"] - ref).norm() / ref.norm())
         row["step_speedup"] = row["mamba_ssm_step_us"] / row["structmat_step_us"]
+        ratios = [a / b for a, b in zip(times["mamba_ssm"], times["structmat"])]
+        row["step_speedup_range"] = [min(ratios), max(ratios)]
     return row
 
 
@@ -175,10 +188,17 @@ def plot(train: list[dict], decode: list[dict], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def _table(rows: list[dict]) -> str:
+    fmt = lambda v: f"{v:.3g}" if isinstance(v, float) else "-".join(f"{u:.3g}" for u in v) if isinstance(v, list) else v  # noqa: E731
+    return table([{k: fmt(v) for k, v in r.items() if not k.endswith("_rounds")} for r in rows],
+                 [k for k in rows[-1] if not k.endswith("_rounds")])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU, structmat only (checks the script)")
     parser.add_argument("--out", default=None, help="also copy the results to this folder")
+    parser.add_argument("--decode-only", action="store_true", help="the decode rows only (results named *_decode)")
     args = parser.parse_args()
     device = torch.device("cpu" if args.smoke else "cuda")
     dtype = torch.float32 if args.smoke else torch.bfloat16
@@ -188,13 +208,12 @@ def main() -> None:
     train, decode = [], []
     for d in d_models:
         mods = blocks(peer_cls, d, device, dtype)
-        train += [training_row(mods, d, n, seqlen, device, dtype, bench) for n in tokens]
+        if not args.decode_only:
+            train += [training_row(mods, d, n, seqlen, device, dtype, bench) for n in tokens]
+            print(_table(train[-len(tokens):]), flush=True)
         decode += [decode_row(mods, d, b, device, dtype, bench) for b in batches]
-        print(table([{k: f"{v:.3g}" if isinstance(v, float) else v for k, v in r.items()} for r in train[-len(tokens):]],
-                    list(train[-1])), flush=True)
-        print(table([{k: f"{v:.3g}" if isinstance(v, float) else v for k, v in r.items()} for r in decode[-len(batches):]],
-                    list(decode[-1])), flush=True)
-    name = "bench_layers_smoke" if args.smoke else "bench_layers"
+        print(_table(decode[-len(batches):]), flush=True)
+    name = ("bench_layers_smoke" if args.smoke else "bench_layers") + ("_decode" if args.decode_only else "")
     path = write(name, {"training": train, "decode": decode, "peer": peer_cls is not None,
                         "note": "bf16 weights/activations; peer with use_mem_eff_path=False (no causal_conv1d)"})
     plot(train, decode, path.with_suffix(".png"))

@@ -26,7 +26,7 @@ from structmat.core.validation import (
 from structmat.kernels.availability import eager_triton
 from structmat.kernels.chunked_decay import chunked_decay, states_after, torch_chunk, triton_supports
 
-__all__ = ["ssd", "ssd_step", "process_dt"]
+__all__ = ["ssd", "ssd_step", "process_dt", "step_unchecked", "step_backend"]
 
 BACKENDS = ("auto", "torch", "triton")
 
@@ -293,7 +293,9 @@ def _varlen_states(x, log_a, B, chunk_states, cu_seqlens, dtp, seq_idx, chunk: i
     return out
 
 
-def _step_backend(backend: str, state, x, B) -> str:
+def step_backend(backend: str, state, x, B, *inputs) -> str:
+    """The backend ``ssd_step`` runs for ``backend`` (``auto``, ``torch``, ``triton``) on these tensors (heads layout;
+    ``inputs``: the others). ``auto`` takes the torch form where a gradient is wanted: the Triton step has no backward."""
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}; got {backend!r}")
     real = not any(t.is_complex() for t in (state, x, B)) and torch.float64 not in (state.dtype, x.dtype)
@@ -304,7 +306,8 @@ def _step_backend(backend: str, state, x, B) -> str:
             raise ValueError("the Triton step computes in float32 on real data; use backend='torch'")
         return backend
     if backend == "auto":
-        return "triton" if eager_triton(x) and real and eager_triton(state) else "torch"
+        wanted = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (state, x, B, *inputs))
+        return "triton" if eager_triton(x) and real and eager_triton(state) and not wanted else "torch"
     return backend
 
 
@@ -328,8 +331,8 @@ def ssd_step(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus: b
 
         state <- exp(dt A) state + dt x B^T,    out = (state C + D x) * silu(z)
 
-    ``backend`` (keyword only): ``auto`` runs one Triton kernel for CUDA tensors (not float64 or complex;
-    :mod:`structmat.kernels.ssd_step_triton`) and the torch form below elsewhere; ``torch`` or ``triton``
+    ``backend`` (keyword only): ``auto`` runs one Triton kernel for CUDA tensors (not float64 or complex, and no
+    gradient wanted: :mod:`structmat.kernels.ssd_step_triton`) and the torch form below elsewhere; ``torch`` or ``triton``
     force one. ``O(batch nheads headdim dstate)``.
 
     Examples
@@ -357,22 +360,31 @@ def ssd_step(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus: b
     _shape("D", D_, (h, p))
     _shape("z", z_, (b, h, p))
     _shape("dt_bias", bias_, (h, p))
-    if _step_backend(backend, st, x_, B_) == "triton":
+    run = step_backend(backend, st, x_, B_, dt_, A_, C_, D_, z_, bias_)
+    out = step_unchecked(st, x_, dt_, A_, B_, C_, D_, z_, bias_, dt_softplus, run)
+    return out if heads else out.squeeze(1)
+
+
+def step_unchecked(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus: bool, backend: str) -> torch.Tensor:
+    """:func:`ssd_step` on arguments already checked, in the layout with heads, ``backend`` ``"triton"`` or ``"torch"``
+    (a decoding layer whose own shapes guarantee the arguments calls it once per token: no checks per step)."""
+    if backend == "triton":
         from structmat.kernels.ssd_step_triton import ssd_step_triton
 
-        out = ssd_step_triton(st, x_, dt_, A_, B_, C_, D_, z_, bias_, dt_softplus)
-        return out if heads else out.squeeze(1)
-    work = torch.float64 if st.dtype == torch.float64 else torch.float32
-    d = dt_.to(work) + (0 if bias_ is None else bias_.to(work))
+        return ssd_step_triton(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus)
+    work = torch.float64 if state.dtype == torch.float64 else torch.float32
+    d = dt.to(work) + (0 if dt_bias is None else dt_bias.to(work))
     d = torch.where(d <= 20.0, F.softplus(d), d) if dt_softplus else d
-    g = h // B_.shape[1]
-    Bh, Ch = B_.to(work).repeat_interleave(g, dim=1), C_.to(work).repeat_interleave(g, dim=1)
-    new = torch.exp(d[..., None] * A_.to(work)) * st.to(work) + (d * x_.to(work))[..., None] * Bh[:, :, None, :]
-    st.copy_(new)
+    g = state.shape[1] // B.shape[1]
+    Bh, Ch = B.to(work).repeat_interleave(g, dim=1), C.to(work).repeat_interleave(g, dim=1)
+    prev = state.to(work)
+    if prev is state and torch.is_grad_enabled():  # autograd keeps it for the backward; the copy below overwrites state
+        prev = prev.clone()
+    new = torch.exp(d[..., None] * A.to(work)) * prev + (d * x.to(work))[..., None] * Bh[:, :, None, :]
+    state.copy_(new)
     out = torch.einsum("bhpn,bhn->bhp", new, Ch)
-    if D_ is not None:
-        out = out + x_.to(work) * D_.to(work)
-    if z_ is not None:
-        out = out * F.silu(z_.to(work))
-    out = out.to(x.dtype)
-    return out if heads else out.squeeze(1)
+    if D is not None:
+        out = out + x.to(work) * D.to(work)
+    if z is not None:
+        out = out * F.silu(z.to(work))
+    return out.to(x.dtype)

@@ -28,6 +28,8 @@ not exact).
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from structmat.kernels.decay_triton_launch import DecayTritonConfig, backward, forward, resolve
@@ -194,6 +196,9 @@ def decay_chunked_triton(x, log_a, B, C, *, scale=None, D=None, z=None, initial_
     """
     _check(x, log_a, B, C, scale, D, z, initial_state, seq_idx, chunk_size)
     bm, warps, debug = resolve(config, chunk_size, B.shape[3])
+    if not x.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":  # (else triton's own error: "0 active drivers")
+        raise ValueError("the Triton kernels need CUDA tensors (or TRITON_INTERPRET=1 for CPU tensors); "
+                         "use backend='torch' on the CPU")
     out_dtype = x.dtype
     if not x.is_cuda and x.dtype != torch.float32:  # the interpreter: its 16-bit dot is not exact
         x, B, C = x.float(), B.float(), C.float()

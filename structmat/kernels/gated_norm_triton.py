@@ -156,4 +156,6 @@ def gated_rms_norm_triton(x: torch.Tensor, z: torch.Tensor | None, weight: torch
     shape = x.shape
     rows = _rows(x)
     zr = _rows(z) if z is not None else None
+    if not (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, z, weight))):
+        return _forward(rows, zr, weight, eps, group_size, norm_before_gate)[0].view(shape)  # (decoding: no autograd node)
     return _GatedNorm.apply(rows, zr, weight, eps, group_size, norm_before_gate).view(shape)

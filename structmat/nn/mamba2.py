@@ -17,7 +17,7 @@ from torch import nn
 from structmat.core.validation import skip_finite_checks
 from structmat.nn.conv import causal_conv_silu, conv_step_silu, last_inputs
 from structmat.nn.norm import GatedRMSNorm
-from structmat.ssd import ssd, ssd_step
+from structmat.ssd import ssd, step_backend, step_unchecked
 
 __all__ = ["Mamba2", "InferenceParams"]
 
@@ -162,16 +162,34 @@ class Mamba2(nn.Module):
         conv_state, ssm_state)``."""
         if u.dim() != 3 or u.shape[1] != 1 or u.shape[-1] != self.d_model:
             raise ValueError(f"step decodes one token: u must have shape (batch, 1, {self.d_model}); got {tuple(u.shape)}")
+        h, p, n = self.nheads, self.headdim, self.d_state
+        if ssm_state.shape != (u.shape[0], h, p, n):
+            raise ValueError(f"ssm_state must have shape ({u.shape[0]}, {h}, {p}, {n}); got {tuple(ssm_state.shape)}")
         z0, x0, z, xBC, dt = self._split(self.in_proj(u[:, 0]))
         xBC = conv_step_silu(xBC, conv_state, self.conv1d.weight[:, 0], self.conv1d.bias).to(u.dtype)
         x, B, C = self._ssm_split(xBC)
-        h, p, n = self.nheads, self.headdim, self.d_state
-        per_channel = lambda v: v[:, None].expand(h, p)  # noqa: E731  (selective_state_update's broadcast views)
-        y = ssd_step(ssm_state, x.unflatten(-1, (h, p)), dt[..., None].expand(-1, h, p),
-                     (self._A())[:, None, None].expand(h, p, n), B.unflatten(-1, (self.ngroups, n)),
-                     C.unflatten(-1, (self.ngroups, n)), D=self._D() if self.D_has_hdim else per_channel(self.D),
-                     z=None if self.rmsnorm else z.unflatten(-1, (h, p)), dt_bias=per_channel(self.dt_bias), dt_softplus=True)
+        x, B, C = x.unflatten(-1, (h, p)), B.unflatten(-1, (self.ngroups, n)), C.unflatten(-1, (self.ngroups, n))
+        A, D, dt_bias = self._step_parameters()
+        # the module's own shapes make ssd_step's checks redundant: one per token would cost more than the kernel
+        y = step_unchecked(ssm_state, x, dt[..., None].expand(-1, h, p), A, B, C, D, None if self.rmsnorm else
+                           z.unflatten(-1, (h, p)), dt_bias, True, step_backend("auto", ssm_state, x, B, A))
         return self._finish(y.flatten(-2), z, z0, x0)[:, None], conv_state, ssm_state
+
+    def _step_parameters(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``A (h, p, n)``, ``D`` and ``dt_bias (h, p)`` as :func:`~structmat.ssd_step` takes them (broadcast views,
+        as mamba_ssm passes them). Without gradients they are kept between steps while the parameters are unchanged
+        (same storage, same version): a decoding step then spends no launch on them."""
+        key = tuple((t.data_ptr(), t._version) for t in (self.A_log, self.D, self.dt_bias))
+        kept = self.__dict__.get("_kept_step_parameters")
+        if kept is not None and kept[0] == key and not torch.is_grad_enabled():
+            return kept[1]
+        h, p, n = self.nheads, self.headdim, self.d_state
+        per_channel = lambda v: v[:, None].expand(h, p)  # noqa: E731
+        views = (self._A()[:, None, None].expand(h, p, n), self._D() if self.D_has_hdim else per_channel(self.D),
+                 per_channel(self.dt_bias))
+        if not torch.is_grad_enabled():
+            self.__dict__["_kept_step_parameters"] = (key, views)
+        return views
 
     def allocate_inference_cache(self, batch_size: int, max_seqlen: int, dtype=None, **kwargs):
         """Zero states ``(conv_state (B, conv_dim, d_conv), ssm_state (B, nheads, headdim, d_state))``."""

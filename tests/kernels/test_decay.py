@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from conftest import F64, rand, randn, rel
+from conftest import DEV, F64, rand, randn, rel
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -72,8 +72,8 @@ def test_chunk_states_and_states_after_positions():
 
 @pytest.mark.parametrize("chunk", [16, 32])
 def test_triton_backend_equals_sequential(chunk):
-    """The Triton kernels (interpreted on the CPU) through the front door, fp32."""
-    t = inputs(2, 37, 4, 8, 2, 16, seed=11, dtype=torch.float32)
+    """The Triton kernels (on the GPU, or interpreted on the CPU) through the front door, fp32."""
+    t = {k: v.to(DEV) for k, v in inputs(2, 37, 4, 8, 2, 16, seed=11, dtype=torch.float32).items()}
     kw = dict(scale=t["scale"].float(), D=t["D"].float(), z=t["z"], initial_state=t["initial_state"].float())
     out, final = chunked_decay(t["x"], t["log_a"].float(), t["B"], t["C"], chunk_size=chunk, backend="triton", **kw)
     want, want_final = decay_naive(*(t[k].double() for k in ("x", "log_a", "B", "C")),
@@ -85,7 +85,7 @@ def test_triton_backend_equals_sequential(chunk):
 def test_triton_backend_refuses_decays_above_one(bad):
     """The kernels assume ``log_a <= 0``: a growing decay (or NaN) gave a result 47% off, silently; now an
     error naming ``log_a`` (``backend="auto"`` takes the torch implementation for it)."""
-    t = inputs(1, 16, 2, 4, 1, 8, seed=12, dtype=torch.float32)
+    t = {k: v.to(DEV) for k, v in inputs(1, 16, 2, 4, 1, 8, seed=12, dtype=torch.float32).items()}
     log_a = t["log_a"].float().clone()
     log_a[0, 5, 1] = bad
     with pytest.raises(ValueError, match=r"log_a finite and <= 0"):
@@ -94,3 +94,12 @@ def test_triton_backend_refuses_decays_above_one(bad):
         out, _ = chunked_decay(t["x"], log_a, t["B"], t["C"], chunk_size=16)
         want, _ = decay_naive(t["x"].double(), log_a.double(), t["B"].double(), t["C"].double())
         assert rel(out, want) < 1e-5
+
+
+def test_triton_backend_on_cpu_tensors_without_the_interpreter_says_so(monkeypatch):
+    """CPU tensors reach the kernels only under ``TRITON_INTERPRET=1``; otherwise a clear error, not Triton's
+    driver message ("0 active drivers" without a GPU, a pointer error with one)."""
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    t = inputs(1, 16, 2, 4, 1, 8, seed=13, dtype=torch.float32)
+    with pytest.raises(ValueError, match="need CUDA tensors"):
+        chunked_decay(t["x"], t["log_a"].float(), t["B"], t["C"], chunk_size=16, backend="triton")

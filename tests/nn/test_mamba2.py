@@ -79,6 +79,28 @@ def test_step_by_step_decoding_reproduces_the_forward():
     assert rel(torch.cat(outs, dim=1), full) < 1e-10
 
 
+def test_decoding_follows_parameter_updates_and_differentiates_them():
+    """The step keeps ``A``, ``D`` and ``dt_bias`` between tokens without gradients; an in-place update (an
+    optimizer step, ``load_state_dict``) is seen by the next token, and with gradients the step reaches them."""
+    _, block = pair(seed=4)
+    _, fresh = pair(seed=5)
+    u = torch.randn(2, 1, 16, dtype=F64)
+    states = [block.allocate_inference_cache(2, 1, dtype=F64) for _ in range(2)]
+    with torch.inference_mode():
+        block.step(u, *states[0])
+        fresh.step(u, *states[1])
+        block.load_state_dict(fresh.state_dict())  # in place: same storage, new versions
+        got = block.step(u, *[s.clone() for s in states[1]])[0]
+        want = fresh.step(u, *[s.clone() for s in states[1]])[0]
+    assert rel(got, want) < 1e-14
+    conv_state, ssm_state = block.allocate_inference_cache(2, 1, dtype=F64)
+    ssm_state.normal_()
+    block.step(u, conv_state, ssm_state)[0].sum().backward()
+    assert all(p.grad is not None and bool(p.grad.abs().sum() > 0) for p in (block.A_log, block.D, block.dt_bias))
+    with pytest.raises(ValueError, match="ssm_state must have shape"):
+        block.step(u, conv_state, ssm_state[:1])
+
+
 def test_prefill_fills_the_cache_then_decoding_continues():
     _, block = pair(seed=3)
     u = torch.randn(2, 12, 16, dtype=F64)
