@@ -120,6 +120,7 @@ def rows(N_values=(64, 128), P=64, chunk=256):
         feats = dict(HAS_SCALE=True, HAS_SEQ=False)
         split = lambda name: dict(BP=P // k[name][N], PS=k[name][N])  # noqa: E731
         st = dict(SPLIT_STATE=k["SPLIT_STATE"])
+        order = dict(HEAVY_FIRST=k["HEAVY_FIRST"])
         cases = [
             ("fwd", fwd.decay_fwd_kernel, k["FWD_WARPS"][N],
              dict(common, **feats, HAS_D=False, HAS_Z=False, HAS_INIT=False, SAVE_LO=True, WRITE_YPRE=False,
@@ -129,10 +130,12 @@ def rows(N_values=(64, 128), P=64, chunk=256):
                   WRITE_YPRE=True, **split("FWD_SPLIT"), **st)),
             ("bwd chain", scan.decay_bwd_chain_kernel, k["CHAIN_WARPS"][N],
              dict(common, HAS_SEQ=False, HAS_DFINAL=True, WRITE_DINIT=False, **split("CHAIN_SPLIT"))),
-            ("bwd dC", bwd.decay_bwd_dc_kernel, k["DC_WARPS"][N], dict(common, **feats)),
-            ("bwd dC (seq)", bwd.decay_bwd_dc_kernel, k["DC_WARPS"][N], dict(common, HAS_SCALE=True, HAS_SEQ=True)),
-            ("bwd dB", bwd.decay_bwd_db_kernel, k["DB_WARPS"][N], dict(common, **feats)),
-            ("bwd dB (seq)", bwd.decay_bwd_db_kernel, k["DB_WARPS"][N], dict(common, HAS_SCALE=True, HAS_SEQ=True)),
+            ("bwd dC", bwd.decay_bwd_dc_kernel, k["DC_WARPS"][N], dict(common, **feats, **order)),
+            ("bwd dC (seq)", bwd.decay_bwd_dc_kernel, k["DC_WARPS"][N], dict(common, HAS_SCALE=True, HAS_SEQ=True,
+                                                                             **order)),
+            ("bwd dB", bwd.decay_bwd_db_kernel, k["DB_WARPS"][N], dict(common, **feats, **order)),
+            ("bwd dB (seq)", bwd.decay_bwd_db_kernel, k["DB_WARPS"][N], dict(common, HAS_SCALE=True, HAS_SEQ=True,
+                                                                             **order)),
             ("bwd dx", bwd.decay_bwd_dx_kernel, k["DX_WARPS"][N], dict(common, **feats, HAS_D=False,
                                                                        **split("DX_SPLIT"), **st)),
             ("bwd dx (D, seq)", bwd.decay_bwd_dx_kernel, k["DX_WARPS"][N], dict(common, HAS_SCALE=True, HAS_SEQ=True,

@@ -86,6 +86,21 @@ def _diag_mask(seq_ptr, b, T, t, BM: tl.constexpr, HAS_SEQ: tl.constexpr):
 
 
 @triton.jit
+def _block_order(NBLK: tl.constexpr, NC, LAST_HEAVIEST: tl.constexpr, HEAVY_FIRST: tl.constexpr):
+    """``(chunk, block)`` of this program (axis 0). The dC / dB work of block ``K`` grows with ``K`` / ``NBLK - K``
+    (the tiles on one side of it): with ``HEAVY_FIRST`` the heaviest blocks of every chunk are launched first,
+    so the last wave holds the light ones (longest-first scheduling); else the blocks of a chunk are adjacent."""
+    if HEAVY_FIRST:
+        c = tl.program_id(0) % NC
+        rank = tl.program_id(0) // NC
+        K = NBLK - 1 - rank if LAST_HEAVIEST else rank
+    else:
+        c = tl.program_id(0) // NBLK
+        K = tl.program_id(0) % NBLK
+    return c, K
+
+
+@triton.jit
 def decay_bwd_dc_kernel(
     x_ptr, dy_ptr, cs_ptr, s_ptr, B_ptr, C_ptr, seq_ptr, slo_ptr,
     dC_ptr, rpart_ptr,
@@ -95,7 +110,7 @@ def decay_bwd_dc_kernel(
     sB_b, sB_t, sB_g, sB_n,
     sC_b, sC_t, sC_g, sC_n,
     CHUNK: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
-    HAS_SCALE: tl.constexpr, HAS_SEQ: tl.constexpr, PREC: tl.constexpr,
+    HAS_SCALE: tl.constexpr, HAS_SEQ: tl.constexpr, PREC: tl.constexpr, HEAVY_FIRST: tl.constexpr,
 ):
     """``dC`` of the rows of block ``K`` of chunk ``c`` (axis 0) for a (batch, group) (axis 1):
     ``sum_h [sum_{j <= i in chunk} decay (dy_i . u_j) B_j + exp(cs_i) h_c^T dy_i]``.
@@ -105,8 +120,7 @@ def decay_bwd_dc_kernel(
     final), ``m = NBLK`` ``sum_{j before the chunk} V_ij`` (through ``h_c``)."""
     NBLK: tl.constexpr = CHUNK // BM
     LO = x_ptr.dtype.element_ty
-    c = tl.program_id(0) // NBLK
-    K = tl.program_id(0) % NBLK
+    c, K = _block_order(NBLK, NC, True, HEAVY_FIRST)
     b = (tl.program_id(1) // G).to(tl.int64)
     g = tl.program_id(1) % G
     PN = P * N
@@ -206,7 +220,7 @@ def decay_bwd_db_kernel(
     sB_b, sB_t, sB_g, sB_n,
     sC_b, sC_t, sC_g, sC_n,
     CHUNK: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
-    HAS_SCALE: tl.constexpr, HAS_SEQ: tl.constexpr, PREC: tl.constexpr,
+    HAS_SCALE: tl.constexpr, HAS_SEQ: tl.constexpr, PREC: tl.constexpr, HEAVY_FIRST: tl.constexpr,
 ):
     """``dB`` of the rows of block ``K`` of chunk ``c`` (axis 0) for a (batch, group) (axis 1):
     ``sum_h s_j [sum_{i >= j in chunk} decay (dy_i . x_j) C_i + exp(cs_end - cs_j) G_c x_j]``.
@@ -215,8 +229,7 @@ def decay_bwd_db_kernel(
     ``sum_{i in block m} V_ij``; ``m = NBLK + 1``: ``sum_{i after the chunk} V_ij`` (through ``G_c``)."""
     NBLK: tl.constexpr = CHUNK // BM
     LO = x_ptr.dtype.element_ty
-    c = tl.program_id(0) // NBLK
-    K = tl.program_id(0) % NBLK
+    c, K = _block_order(NBLK, NC, False, HEAVY_FIRST)
     b = (tl.program_id(1) // G).to(tl.int64)
     g = tl.program_id(1) % G
     PN = P * N

@@ -33,6 +33,8 @@ DX_SPLIT = {16: 1, 32: 1, 64: 1, 128: 2, 256: 2}
 # 16-bit part: one more product per block, and their rounding drops out of the output and dx errors.
 SPLIT_STATE = True
 GATE_ROWS = 64  # (t, h) rows per program of the elementwise gate backward
+# dC / dB programs launched heaviest block first (their work per block grows 1 : NBLK across a chunk)
+HEAVY_FIRST = True
 
 
 class DecayTritonConfig:
@@ -192,7 +194,7 @@ def _launch_group_grad(kernel, target, x, dy, cs, s_ht, B, C, seq_idx, state, rp
         grad, rpart,
         T, H, H // G, G, b, NC, P, N, *_group_args(x, dy, B, C),
         CHUNK=chunk, BM=bm, BN=_pow2(N), BP=_pow2(P), HAS_SCALE=s_ht is not None, HAS_SEQ=seq_idx is not None,
-        PREC=_precision(x.dtype), num_warps=warp,
+        PREC=_precision(x.dtype), HEAVY_FIRST=HEAVY_FIRST, num_warps=warp,
     )
     return grad
 

@@ -76,7 +76,8 @@ def linear_scan(A: Transitions, u: torch.Tensor, h0: torch.Tensor | None = None,
         return linear_scan_sequential(A, u, h0)
     n_chunks = -(-steps // chunk)
     A_c = A.chunked(chunk)
-    u = torch.nn.functional.pad(u, (0, 0, 0, 0, 0, n_chunks * chunk - steps))
+    if n_chunks * chunk != steps:  # (a zero pad would still copy u)
+        u = torch.nn.functional.pad(u, (0, 0, 0, 0, 0, n_chunks * chunk - steps))
     u_c = u.reshape(*u.shape[:-3], n_chunks, chunk, *u.shape[-2:])
     h_local = linear_scan_sequential(A_c, u_c)
     phi = A_c.prefix()
@@ -108,9 +109,10 @@ def decay_scan(log_a: torch.Tensor, u: torch.Tensor, chunk: int = SCAN_CHUNK) ->
         return torch.stack(out, dim=-2)
     n_chunks = -(-steps // chunk)
     pad = n_chunks * chunk - steps
-    log_a = torch.nn.functional.pad(log_a, (0, pad))
-    a = torch.nn.functional.pad(a, (0, pad), value=1.0)
-    u = torch.nn.functional.pad(u, (0, 0, 0, pad))
+    if pad:  # (a zero pad would still copy)
+        log_a = torch.nn.functional.pad(log_a, (0, pad))
+        a = torch.nn.functional.pad(a, (0, pad), value=1.0)
+        u = torch.nn.functional.pad(u, (0, 0, 0, pad))
     a_c = a.reshape(*a.shape[:-1], n_chunks, chunk)
     u_c = u.reshape(*u.shape[:-2], n_chunks, chunk, u.shape[-1])
     h = u_c[..., 0, :]

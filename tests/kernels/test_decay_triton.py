@@ -17,6 +17,7 @@ import pytest
 import torch
 from conftest import DEV, F64, LONG
 
+from structmat.kernels import decay_triton_launch as launch
 from structmat.kernels.decay_naive import decay_naive
 from structmat.kernels.decay_triton import DecayTritonConfig, decay_chunked_triton
 
@@ -91,6 +92,17 @@ def test_column_splits():
     seq_idx = torch.tensor([[0] * 17 + [1] * 23, [0] * 40], device=DEV)
     (out, fin, _), (want, want_fin), g, gr = run_both(t, OPTIONAL, seq_idx=seq_idx, block_m=16, splits=(2, 2, 2))
     assert rel(out, want) < 1e-5 and rel(fin, want_fin) < 1e-5
+    for k in g:
+        assert rel(g[k], gr[k]) < 2e-5, k
+
+
+@pytest.mark.parametrize("heavy_first", [True, False])
+def test_block_orders_of_the_dc_db_programs(monkeypatch, heavy_first):
+    """dC / dB programs launched heaviest block first or chunk by chunk: the same gradients (several blocks
+    per chunk, a last chunk cut short)."""
+    monkeypatch.setattr(launch, "HEAVY_FIRST", heavy_first)
+    t = make(1, 45, 2, 8, 1, 16, seed=15)
+    _, _, g, gr = run_both(t, ("scale",), block_m=16)
     for k in g:
         assert rel(g[k], gr[k]) < 2e-5, k
 
