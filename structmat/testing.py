@@ -21,18 +21,7 @@ from hypothesis import strategies as st
 
 from structmat.core.base import StructuredMatrix
 from structmat.core.dtypes import real_dtype
-from structmat.matrices import (
-    DFT,
-    SSS,
-    Bidiagonal,
-    Dense,
-    Diagonal,
-    Fourier,
-    LowRank,
-    OneSS,
-    Quasiseparable,
-    Toeplitz,
-)
+from structmat.matrices import DFT, SSS, Bidiagonal, Dense, Diagonal, Fourier, LowRank, OneSS, Quasiseparable, Toeplitz
 
 __all__ = [
     "decays", "one_ss", "sss", "diagonals", "bidiagonals", "lowranks", "denses", "toeplitzes", "fouriers", "dfts",

@@ -9,20 +9,19 @@ for the last chunk). ``V_ij = decay(i, j) (C_i . B_j) (dy_i . u_j)`` for ``j <= 
 
 Kernels, in launch order (blocks of ``BM`` rows inside a chunk):
 
-* :func:`~structmat.kernels.decay_triton_bwd_scan.decay_bwd_chain_kernel` -- one program per (chunk, batch, head): the forward's decoupled
-  look-back run from the last chunk down, ``dh_c = a_c G_c + sum_i exp(cs_i) C_i dy_i^T``; writes
-  ``G_c`` (input dtype), ``d initial_state``, ``cs`` (``(b, h, T)``) and ``a_c <G_c, h_c>`` (the pairs
-  over the whole chunk).
+* :func:`~structmat.kernels.decay_triton_bwd_scan.decay_bwd_chain_kernel` -- per (chunk, batch, head), the
+  forward's look-back from the last chunk down, ``dh_c = a_c G_c + sum_i exp(cs_i) C_i dy_i^T``; writes ``G_c``,
+  ``d initial_state``, ``cs`` (``(b, h, T)``) and ``a_c <G_c, h_c>`` (the pairs over the whole chunk).
 * :func:`decay_bwd_dc_kernel` / :func:`decay_bwd_db_kernel` -- ``dC`` / ``dB`` of one (chunk, block,
   batch, group), summed over the group's heads in registers: per tile pair, the score gradient
-  ``M = sum_h decay_h o (dy u^T)_h`` (one tensor-core product per head on the unscaled inputs, the
-  decays applied in fp32 as an outer product ``e f^T`` off the diagonal) and then one product with
-  ``B`` (or ``C``) per group; the state terms ``dy h_c^T`` / ``u G_c`` per head. The same tiles give
-  the row sums (dC) and column sums (dB) of ``V`` per head for ``d log_a``.
+  ``M = sum_h decay_h o (dy u^T)_h`` (one product per head on the unscaled inputs, the decays in fp32 as
+  ``e f^T`` off the diagonal), then one product with ``B`` (or ``C``) per group; the state terms per
+  head; the row (dC) and column (dB) sums of ``V`` for ``d log_a``. A block's work grows (dC) or
+  shrinks (dB) with its index: the heaviest blocks launch first.
 * :func:`decay_bwd_dx_kernel` -- one (chunk, batch, head) per program, blocks from the last to the
   first with the adjoint state in fp32 registers from ``G_c``: ``du``, hence ``dx`` and ``d scale``.
-* :func:`~structmat.kernels.decay_triton_bwd_scan.decay_bwd_dla_kernel` -- ``d log_a`` from the straddle sums of the two group kernels.
-* :func:`~structmat.kernels.decay_triton_bwd_scan.decay_gate_bwd_kernel` -- with ``z``: ``dy = dout silu(z)``, ``dz = dout y_pre silu'(z)``.
+* ``decay_triton_bwd_scan``'s ``decay_bwd_dla_kernel`` (``d log_a`` from the straddle sums of the two group
+  kernels) and ``decay_gate_bwd_kernel`` (with ``z``: ``dy = dout silu(z)``, ``dz = dout y_pre silu'(z)``).
 """
 
 from __future__ import annotations
@@ -33,8 +32,7 @@ import triton.language as tl
 
 @triton.jit
 def _head_vectors(cs_ptr, s_ptr, b, H, h, T, tA, mA, tB, mB, ref, HAS_SCALE: tl.constexpr):
-    """One head's ``cs`` over rows ``tA`` and ``tB``, ``cs[ref]`` and the scale over ``tB`` (``(b, h, T)``
-    rows; the scale is 0 when absent, the caller substitutes its own)."""
+    """One head's ``cs`` over rows ``tA`` and ``tB``, ``cs[ref]``, the scale over ``tB`` (0 when absent)."""
     row = (b * H + h) * T
     csA = tl.load(cs_ptr + row + tA, mask=mA, other=0.0)
     csB = tl.load(cs_ptr + row + tB, mask=mB, other=0.0)
@@ -69,8 +67,7 @@ def _seq_at(seq_ptr, b, T, t):
 def _seq_keep(seq_ptr, b, T, t, ref, HAS_SEQ: tl.constexpr):
     """1.0 where row ``t`` belongs to the sequence of position ``ref`` (clamped into ``[0, T)``), else 0."""
     if HAS_SEQ:
-        sq = tl.load(seq_ptr + b * T + t, mask=t < T, other=-1)
-        return tl.where(sq == tl.load(seq_ptr + b * T + tl.minimum(tl.maximum(ref, 0), T - 1)), 1.0, 0.0)
+        return tl.where(tl.load(seq_ptr + b * T + t, mask=t < T, other=-1) == _seq_at(seq_ptr, b, T, ref), 1.0, 0.0)
     return tl.where(t < T, 1.0, 0.0)
 
 
@@ -87,16 +84,13 @@ def _diag_mask(seq_ptr, b, T, t, BM: tl.constexpr, HAS_SEQ: tl.constexpr):
 
 @triton.jit
 def _block_order(NBLK: tl.constexpr, NC, LAST_HEAVIEST: tl.constexpr, HEAVY_FIRST: tl.constexpr):
-    """``(chunk, block)`` of this program (axis 0). The dC / dB work of block ``K`` grows with ``K`` / ``NBLK - K``
-    (the tiles on one side of it): with ``HEAVY_FIRST`` the heaviest blocks of every chunk are launched first,
-    so the last wave holds the light ones (longest-first scheduling); else the blocks of a chunk are adjacent."""
+    """``(chunk, block)`` of this program: every chunk's heaviest block first with ``HEAVY_FIRST`` (the last wave
+    then holds light programs), else a chunk's blocks adjacent."""
+    c, K = tl.program_id(0) // NBLK, tl.program_id(0) % NBLK
     if HEAVY_FIRST:
-        c = tl.program_id(0) % NC
-        rank = tl.program_id(0) // NC
-        K = NBLK - 1 - rank if LAST_HEAVIEST else rank
-    else:
-        c = tl.program_id(0) // NBLK
-        K = tl.program_id(0) % NBLK
+        c, K = tl.program_id(0) % NC, tl.program_id(0) // NC
+        if LAST_HEAVIEST:
+            K = NBLK - 1 - K
     return c, K
 
 
