@@ -179,15 +179,16 @@ class Mamba2(nn.Module):
         """``A (h, p, n)``, ``D`` and ``dt_bias (h, p)`` as :func:`~structmat.ssd_step` takes them (broadcast views,
         as mamba_ssm passes them). Without gradients they are kept between steps while the parameters are unchanged
         (same storage, same version): a decoding step then spends no launch on them."""
-        key = tuple((t.data_ptr(), t._version) for t in (self.A_log, self.D, self.dt_bias))
+        keep = not (torch.is_grad_enabled() or torch.compiler.is_compiling())  # (a traced step builds its own)
+        key = tuple((t.data_ptr(), t._version) for t in (self.A_log, self.D, self.dt_bias)) if keep else None
         kept = self.__dict__.get("_kept_step_parameters")
-        if kept is not None and kept[0] == key and not torch.is_grad_enabled():
+        if keep and kept is not None and kept[0] == key:
             return kept[1]
         h, p, n = self.nheads, self.headdim, self.d_state
         per_channel = lambda v: v[:, None].expand(h, p)  # noqa: E731
         views = (self._A()[:, None, None].expand(h, p, n), self._D() if self.D_has_hdim else per_channel(self.D),
                  per_channel(self.dt_bias))
-        if not torch.is_grad_enabled():
+        if keep:
             self.__dict__["_kept_step_parameters"] = (key, views)
         return views
 
