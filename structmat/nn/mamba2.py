@@ -171,8 +171,9 @@ class Mamba2(nn.Module):
         x, B, C = x.unflatten(-1, (h, p)), B.unflatten(-1, (self.ngroups, n)), C.unflatten(-1, (self.ngroups, n))
         A, D, dt_bias = self._step_parameters()
         # the module's own shapes make ssd_step's checks redundant: one per token would cost more than the kernel
-        y = step_unchecked(ssm_state, x, dt[..., None].expand(-1, h, p), A, B, C, D, None if self.rmsnorm else
-                           z.unflatten(-1, (h, p)), dt_bias, True, step_backend("auto", ssm_state, x, B, A))
+        dt, gate = dt[..., None].expand(-1, h, p), None if self.rmsnorm else z.unflatten(-1, (h, p))
+        run = step_backend("auto", ssm_state, x, B, dt, A, C, D, gate, dt_bias)  # (any differentiated: torch)
+        y = step_unchecked(ssm_state, x, dt, A, B, C, D, gate, dt_bias, True, run)
         return self._finish(y.flatten(-2), z, z0, x0)[:, None], conv_state, ssm_state
 
     def _step_parameters(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
