@@ -163,18 +163,21 @@ class SSS(StructuredMatrix):
 
     # --- products -----------------------------------------------------------------------------------
     def _matmat(self, X: torch.Tensor) -> torch.Tensor:
-        if banded.applies(self.generators, X):  # compiled code, both triangles (an upper matrix is a transpose)
-            return banded.sss_matmat(self.generators, X, not self.lower, self._band(solve=False))
+        G = self.generators
+        if banded.applies(G, X, transpose=not self.lower, batch=self.batch_shape):  # compiled code, both triangles
+            return banded.sss_matmat(G, X, not self.lower, self._band(False, G))
         G, reversed_ = self.time_lower()
         if not reversed_:
             return G.matmat(X)[0]
         return torch.flip(G.matmat(torch.flip(X, (-2,)))[0], (-2,))
 
-    def _band(self, solve: bool):
-        """:func:`structmat.linalg.banded.band` of the generators, kept with the matrix where it is small."""
-        if banded.band_entries(self.generators) > banded.KEEP_MAX_ENTRIES:
-            return banded.band(self.generators, solve)
-        return small.keep(self, ("band", solve), lambda: banded.band(self.generators, solve))
+    def _band(self, solve: bool, G: Generators) -> banded.Band | None:
+        """:func:`structmat.linalg.banded.band` of the generators ``G``, kept with the matrix
+        (:func:`structmat.linalg.banded.keeps`); else None (the banded functions build what they need, in time
+        blocks for a lower matrix)."""
+        if not banded.keeps(G, self.batch_shape):
+            return None
+        return small.keep(self, ("band", solve), lambda: banded.band(G, solve))
 
     def to_dense(self) -> torch.Tensor:
         """From the definition, ``O(T^2 N)`` for scalar and diagonal transitions, ``O(T^2 N^2)`` for dense ones
@@ -190,8 +193,9 @@ class SSS(StructuredMatrix):
         if X is not None:
             return X
         M, Y, vector = self._operand(Y, "Y")
-        if banded.applies(M.generators, Y, solve=True):
-            X = banded.sss_solve(M.generators, Y, not M.lower, M._band(solve=True))
+        G = M.generators
+        if banded.applies(G, Y, solve=True, batch=M.batch_shape):
+            X = banded.sss_solve(G, Y, not M.lower, M._band(True, G))
             return X[..., 0] if vector else X
         G, reversed_ = M.time_lower()
         X = torch.flip(block_solve(G, torch.flip(Y, (-2,))), (-2,)) if reversed_ else block_solve(G, Y)

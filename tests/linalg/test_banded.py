@@ -98,3 +98,44 @@ def test_zero_length_and_zero_columns():
     assert (M @ torch.zeros(300, 0, dtype=F64)).shape == (300, 0)
     assert M.solve(torch.zeros(300, 0, dtype=F64)).shape == (300, 0)
     assert np.isfinite((M @ randn(300, 1)).numpy()).all()
+
+
+@pytest.mark.parametrize("kind", ["log", "scalar", "diag", "dense"])
+@pytest.mark.parametrize("batch,xbatch", [((), ()), ((), (3,)), ((2,), (2,)), ((2,), (3, 1))])
+def test_time_blocks_equal_dense(kind, batch, xbatch, monkeypatch):
+    """A long lower sequence in time blocks (a few steps each here): the pinned step carries the state across
+    every block boundary, also across an exact cut (a_t = 0) and unit decays."""
+    monkeypatch.setattr(banded, "KEEP_MAX_ENTRIES", 0)
+    monkeypatch.setattr(banded, "BLOCK_ENTRIES", 7 * 4 * 9)  # blocks of about 7 steps
+    G, A = _generators(kind, 41, 3, batch, seed=3 + len(batch), zero_decay=True)
+    if kind == "log":  # unit decays over a stretch
+        G = Generators(Transitions(G.A.values.clone().index_fill_(-1, torch.arange(10, 20), 0.0), "log"), G.B, G.C, G.D)
+        A = G.A.values.exp()
+    M = _dense(G, A, kind, batch)
+    X = randn(*xbatch, 41, 2, seed=9)
+    close(banded.sss_matmat(G, X), M @ X)
+    want = X.expand(*torch.broadcast_shapes(M.shape[:-2], X.shape[:-2]), 41, 2)
+    close(M @ banded.sss_solve(G, X), want, rtol=1e-9)
+    X32 = X.float()
+    G32 = Generators(Transitions(G.A.values.float(), kind), G.B.float(), G.C.float(), G.D.float())
+    Y = banded.sss_matmat(G32, X32)
+    assert Y.dtype == torch.float32
+    close(Y, M @ X, rtol=1e-5)
+
+
+def test_bands_kept_in_proportion_to_the_parameters(monkeypatch):
+    """A band within KEEP_PER_PARAMETER_BYTE times the parameters' bytes is kept at any length; parameters broadcast
+    over a large batch (a band much larger than them) take the time blocks, with the same results."""
+    monkeypatch.setattr(banded, "KEEP_MAX_ENTRIES", 1000)
+    G, A = _generators("diag", 3000, 2)
+    assert banded.band_entries(G) > banded.KEEP_MAX_ENTRIES and banded.keeps(G, G.batch_shape)
+    M = sm.SSS(G.A.values, G.B, G.C, G.D)
+    x = randn(3000, 1, seed=1)
+    y = M @ x
+    assert ("band", False) in M._small.values
+    Mb = sm.SSS(*(t.expand(40, *t.shape) for t in (G.A.values, G.B, G.C, G.D)))
+    assert not banded.keeps(Mb.generators, Mb.batch_shape)
+    close(Mb @ x, y.expand(40, 3000, 1))
+    close(Mb.solve(y), x.expand(40, 3000, 1), rtol=1e-8)
+    kept = Mb.__dict__.get("_small")
+    assert kept is None or ("band", False) not in kept.values
