@@ -1,4 +1,5 @@
-"""SSS products and solves as banded triangular systems, in compiled code (LAPACK ``dtbtrs``) on the CPU.
+"""SSS products and solves (and bidiagonal solves) as banded triangular systems, in compiled code (LAPACK
+``dtbtrs``) on the CPU.
 
 Stack per step ``t`` the output and the state, ``z_t = (y_t, h_t)`` (``m = N + 1`` unknowns). The product
 ``y = M x`` of a lower SSS is the unit lower-triangular system
@@ -32,11 +33,12 @@ import numpy as np
 import scipy.linalg.lapack
 import torch
 
-from structmat.core.validation import SingularMatrixError, broadcast_shapes
+from structmat.core.validation import SingularMatrixError, broadcast_shapes, overflow_checks_enabled
 from structmat.linalg.semiseparable import Generators
 
 __all__ = ["applies", "band", "band_entries", "sss_matmat", "sss_solve", "Band", "MAX_ORDER", "MAX_ROWS",
-           "KEEP_MAX_ENTRIES", "KEEP_PER_PARAMETER_BYTE", "BLOCK_ENTRIES", "keeps"]
+           "KEEP_MAX_ENTRIES", "KEEP_PER_PARAMETER_BYTE", "BLOCK_ENTRIES", "keeps", "bidiagonal_applies",
+           "bidiagonal_band", "bidiagonal_solve"]
 
 #: Largest state size taken through the band: its width grows as ``N`` (``2N`` for dense transitions), so the
 #: work per step as ``N^2``; the blocked solve and scan, ``O(N)`` per step for diagonal transitions, win above.
@@ -184,9 +186,13 @@ def band(G: Generators, solve: bool) -> Band:
     return Band(ab, P.kd, P.D, P.Bt)
 
 
-def _run(ab: np.ndarray, kd: int, rhs: np.ndarray, transpose: bool, unit: bool) -> np.ndarray:
+def _run(ab: np.ndarray, kd: int, rhs: np.ndarray, transpose: bool, unit: bool,
+         singular: str = "SSS is singular: a diagonal entry is zero") -> np.ndarray:
     """Solve in place every system of ``rhs (*, K, T, m)`` (C-ordered float64: each system's ``(T m, K)`` block is
-    Fortran-ordered, as LAPACK takes it) with its band: one ``dtbtrs`` each. Returns ``rhs``."""
+    Fortran-ordered, as LAPACK takes it) with its band: one ``dtbtrs`` each. Returns ``rhs``; ``singular`` is the
+    message of a zero diagonal entry."""
+    if not rhs.flags.c_contiguous:
+        raise ValueError("_run solves a C-ordered right-hand side in place")
     K, T, m = rhs.shape[-3:]
     n, bbatch = T * m, ab.shape[:-3]
     bands = ab.reshape(-1, n, ab.shape[-1])
@@ -200,7 +206,7 @@ def _run(ab: np.ndarray, kd: int, rhs: np.ndarray, transpose: bool, unit: bool) 
         b = systems[r].T
         x, info = scipy.linalg.lapack.dtbtrs(bands[which[r]].T, b, uplo="L", trans=trans, diag=diag, overwrite_b=1)
         if info > 0:
-            raise SingularMatrixError("SSS is singular: a diagonal entry is zero")
+            raise SingularMatrixError(singular)
         if info < 0:
             raise RuntimeError(f"LAPACK dtbtrs failed with info = {info}")
         if x.ctypes.data != b.ctypes.data:  # (solved in place where LAPACK could take b as it is)
@@ -286,3 +292,42 @@ def sss_solve(G: Generators, Y: torch.Tensor, transpose: bool = False, banded: B
         return _blocks(G, Y, True)
     bd = band(G, solve=True) if banded is None else banded
     return _out(_run(bd.ab, bd.kd, _rhs(bd, Y, True, transpose), transpose, False)[..., 0], Y)
+
+
+def bidiagonal_applies(diag: torch.Tensor, sub: torch.Tensor, Y: torch.Tensor) -> bool:
+    """Whether :func:`bidiagonal_solve` runs ``diag (*, T)``, ``sub (*, T - 1)`` with ``Y (*, T, K)``: the conditions
+    of :func:`applies` (real CPU data, at most :data:`MAX_ROWS` systems, no gradient, no tracing)."""
+    if Y.device.type != "cpu" or Y.shape[-1] == 0 or Y.shape[-2] == 0 or torch.compiler.is_compiling():
+        return False
+    if Y.dtype not in _REAL or diag.dtype not in _REAL:
+        return False
+    if torch.is_grad_enabled() and (diag.requires_grad or sub.requires_grad or Y.requires_grad):
+        return False
+    batch = diag.shape[:-1] if diag.shape[:-1] == sub.shape[:-1] else broadcast_shapes(diag.shape[:-1], sub.shape[:-1])
+    return 0 < broadcast_shapes(batch, Y.shape[:-2]).numel() <= MAX_ROWS
+
+
+def bidiagonal_band(diag: torch.Tensor, sub: torch.Tensor) -> np.ndarray:
+    """The band ``(*b, T, 1, 2)`` of the lower bidiagonal matrix (``[t, 0, 0] = diag[t]``, ``[t, 0, 1] = sub[t]``)."""
+    T = diag.shape[-1]
+    batch = broadcast_shapes(diag.shape[:-1], sub.shape[:-1])
+    ab = np.zeros((*batch, T, 1, 2))
+    ab[..., 0, 0] = _np(diag)
+    ab[..., :-1, 0, 1] = _np(sub)
+    return ab
+
+
+def bidiagonal_solve(ab: np.ndarray, Y: torch.Tensor, transpose: bool) -> torch.Tensor:
+    """``M^{-1} Y`` (or ``M^{-T} Y``) for the lower bidiagonal ``M`` of band ``ab`` (:func:`bidiagonal_band`) and
+    ``Y (*, T, K)``, by ``dtbtrs``: :class:`~structmat.SingularMatrixError` for a zero diagonal entry, and for a
+    solution that overflows from a finite ``Y`` (a reduction sees any inf or NaN)."""
+    XT = _np(Y).swapaxes(-1, -2)
+    batch = np.broadcast_shapes(ab.shape[:-3], XT.shape[:-2])
+    rhs = np.array(np.broadcast_to(XT[..., None], (*batch, *XT.shape[-2:], 1)), order="C")
+    x = _run(ab, 1, rhs, transpose, False, "Bidiagonal is singular: a diagonal entry is zero")[..., 0]
+    with np.errstate(over="ignore", invalid="ignore"):  # (inf - inf in the sum: the exact check follows)
+        finite = math.isfinite(x.sum())
+    if overflow_checks_enabled() and not finite and np.isfinite(XT).all() and not np.isfinite(x).all():
+        raise SingularMatrixError(f"Bidiagonal.solve: the solution overflows {str(Y.dtype).replace('torch.', '')} "
+                                  "(the matrix is singular or too close to singular in this dtype)")
+    return _out(x, Y)
