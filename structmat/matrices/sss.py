@@ -11,7 +11,7 @@ from structmat.core.base import StructuredMatrix
 from structmat.core.transitions import Transitions
 from structmat.core.validation import as_tensor, broadcast_batch, check_dtype, check_finite, check_same_device, trusted_parameters
 from structmat.linalg import banded
-from structmat.linalg.block_solve import block_solve
+from structmat.linalg.block_solve import WIDE_CHUNK, WIDE_COLUMNS, ChunkMaps, block_solve, chunk_maps
 from structmat.linalg.dense_form import sss_dense
 from structmat.linalg.realization import minimal_realization
 from structmat.linalg.semiseparable import Generators
@@ -193,13 +193,28 @@ class SSS(StructuredMatrix):
         if X is not None:
             return X
         M, Y, vector = self._operand(Y, "Y")
-        G = M.generators
+        G, maps = M.generators, None
         if banded.applies(G, Y, solve=True, batch=M.batch_shape):
-            X = banded.sss_solve(G, Y, not M.lower, M._band(True, G))
-            return X[..., 0] if vector else X
+            maps = M._wide_maps(Y)
+            if maps is None:
+                X = banded.sss_solve(G, Y, not M.lower, M._band(True, G))
+                return X[..., 0] if vector else X
         G, reversed_ = M.time_lower()
-        X = torch.flip(block_solve(G, torch.flip(Y, (-2,))), (-2,)) if reversed_ else block_solve(G, Y)
+        if reversed_:
+            X = torch.flip(block_solve(G, torch.flip(Y, (-2,)), maps=maps), (-2,))
+        else:
+            X = block_solve(G, Y, maps=maps)
         return X[..., 0] if vector else X
+
+    def _wide_maps(self, Y: torch.Tensor) -> ChunkMaps | None:
+        """The chunk maps of the time-lower generators, kept for solves of a plain ``Y (T, K)`` of at least
+        :data:`~structmat.linalg.block_solve.WIDE_COLUMNS` columns (the banded solve runs one column at a time),
+        where they are small (``T (WIDE_CHUNK + 2 N)`` entries within the band's bound); else None."""
+        T = self.shape[-1]
+        if Y.dim() != 2 or self.batch_shape or Y.shape[-1] < WIDE_COLUMNS \
+                or T * (WIDE_CHUNK + 2 * self.order) > banded.KEEP_MAX_ENTRIES:
+            return None
+        return small.keep(self, "chunk maps", lambda: chunk_maps(self.time_lower()[0], WIDE_CHUNK))
 
     def compress(self, tol: float | None = None) -> SSS:
         """Equivalent SSS of minimal order (:func:`structmat.linalg.realization.minimal_realization`).

@@ -82,7 +82,7 @@ def test_sss_class_paths_at_mid_size(kind, lower):
     A = rand(T, N, seed=1) if kind == "diag" else randn(T, N, N, seed=1) / (2 * N)
     M = sm.SSS(A, randn(T, N, seed=2) / 4, randn(T, N, seed=3) / 4, D=2 + rand(T, seed=4), lower=lower)
     dense = torch.from_numpy(sss_dense(A, M.B, M.C, M.D, kind, lower))
-    for K in (1, 5):
+    for K in (1, 5, 30):  # 30 columns: the solves take kept chunk maps
         Y = randn(T, K, seed=K)
         close(M @ Y, dense @ Y)
         close(M.solve(Y), torch.linalg.solve(dense, Y), rtol=1e-8)
@@ -179,3 +179,29 @@ def test_bidiagonal_solve_gradients_take_the_inverse():
     s = (randn(259, seed=2) / 2).requires_grad_()
     y = randn(260, 1, seed=3).requires_grad_()
     assert torch.autograd.gradcheck(lambda d, s, y: sm.Bidiagonal(d, s).solve(y), (d, s, y))
+
+
+@pytest.mark.parametrize("lower", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+def test_wide_solves_keep_their_chunk_maps(lower, dtype):
+    """A solve of many columns (T = 300) through kept chunk maps against scipy in float64; a batched right-hand
+    side takes the band; an in-place change of a parameter drops the maps; zero decays (cuts) stay exact."""
+    import scipy.linalg
+
+    T, N, K = 300, 3, 32
+    A = rand(T, N, seed=1)
+    A[100] = 0.0
+    M = sm.SSS(A.to(dtype), (randn(T, N, seed=2) / 4).to(dtype), (randn(T, N, seed=3) / 4).to(dtype),
+               D=(2 + rand(T, seed=4)).to(dtype), lower=lower)
+    dense = M.to_dense().double().numpy()
+    tol = 1e-5 if dtype == torch.float32 else 1e-12
+    Y = randn(T, K, seed=5, dtype=dtype)
+    X = M.solve(Y)
+    assert X.dtype == dtype and "chunk maps" in M._small.values
+    close(X.double(), scipy.linalg.solve_triangular(dense, Y.double().numpy(), lower=lower), rtol=tol)
+    Yb = randn(2, T, K, seed=6, dtype=dtype)
+    close(M.solve(Yb).double(), np.stack([scipy.linalg.solve_triangular(dense, y, lower=lower) for y in Yb.double().numpy()]),
+          rtol=tol)
+    M.D.mul_(2.0)  # in place
+    dense2 = M.to_dense().double().numpy()
+    close(M.solve(Y).double(), scipy.linalg.solve_triangular(dense2, Y.double().numpy(), lower=lower), rtol=tol)
