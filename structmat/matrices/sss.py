@@ -186,8 +186,10 @@ class SSS(StructuredMatrix):
         return dense if self.lower else dense.transpose(-1, -2)
 
     def solve(self, Y) -> torch.Tensor:
-        """Solve ``M X = Y`` (``Y`` of shape ``(*, T, K)`` or ``(T,)``) by block forward substitution,
-        ``O(T (L + N) K)`` for diagonal transitions (:mod:`structmat.linalg.block_solve`)."""
+        """Solve ``M X = Y`` (``Y`` of shape ``(*, T, K)`` or ``(T,)``): on the CPU (real, no gradient, ``N <= 8``) a
+        banded LAPACK solve (:mod:`structmat.linalg.banded`), or from ``WIDE_COLUMNS`` columns block forward
+        substitution with kept chunk maps; else block forward substitution, ``O(T (L + N) K)`` for diagonal
+        transitions (:mod:`structmat.linalg.block_solve`)."""
         self._check_square("solve()")
         X = self._small_solve(Y, "lower" if self.lower else "upper", "SSS is singular: a diagonal entry is zero")
         if X is not None:
