@@ -20,7 +20,17 @@ from __future__ import annotations
 
 import torch
 
-from structmat.algebra.semiseparable import batch_of, build, fit, generators_in, matmul_lower, scale_maps, sss_add, sss_hadamard
+from structmat.algebra.semiseparable import (
+    batch_of,
+    build,
+    fit,
+    generators_in,
+    join_states,
+    matmul_lower,
+    scale_maps,
+    sss_add,
+    sss_hadamard,
+)
 from structmat.core.transitions import Transitions
 from structmat.linalg.quasiseparable_inverse import quasiseparable_inverse
 from structmat.linalg.scan import linear_scan
@@ -49,10 +59,22 @@ def as_quasiseparable(m: SSS) -> Quasiseparable:
     return Quasiseparable._of(*parts, m.diagonal(), m.batch_shape)
 
 
+def _strict_sum(p1: SSS, p2: SSS, batch) -> SSS:
+    """The sum of two strict parts (explicit zero diagonals, :func:`strict_part`): :func:`sss_add` without adding
+    the zeros (a part's zeros are reused where they have the batch)."""
+    G1, G2 = p1.generators, p2.generators
+    T = G1.B.shape[-2]
+    zeros = G1.D if G1.D.shape[:-1] == tuple(batch) else G1.D.expand(*batch, T)
+    A = G1.A.block_diagonal(G2.A, G1.order, G2.order, batch)
+    return SSS._assemble(Generators(A, join_states(G1.B, G2.B, batch, T), join_states(G1.C, G2.C, batch, T), zeros),
+                         p1.lower, batch)
+
+
 def qs_add(a: Quasiseparable, b: Quasiseparable) -> Quasiseparable:
     """Parts and diagonals add: orders ``(n_l1 + n_l2, n_u1 + n_u2)``."""
-    return Quasiseparable._of(sss_add(a.lower_part, b.lower_part), sss_add(a.upper_part, b.upper_part), a.diag + b.diag,
-                              batch_of(a, b))
+    batch = batch_of(a, b)
+    return Quasiseparable._of(_strict_sum(a.lower_part, b.lower_part, batch), _strict_sum(a.upper_part, b.upper_part, batch),
+                              a.diag + b.diag, batch)
 
 
 def qs_add_sss(a: Quasiseparable, m: SSS) -> Quasiseparable:

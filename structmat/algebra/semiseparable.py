@@ -17,7 +17,7 @@ from structmat.matrices.diagonal import Diagonal
 from structmat.matrices.one_ss import OneSS
 from structmat.matrices.sss import SSS, SSSInverse
 
-__all__ = ["same_orientation", "different_orientation", "build", "batch_of", "fit", "generators_in", "matmul_lower",
+__all__ = ["same_orientation", "different_orientation", "build", "batch_of", "fit", "generators_in", "join_states", "matmul_lower",
            "scale_maps", "sss_add", "sss_matmul", "sss_hadamard", "sss_inverse",
            "sss_add_diagonal", "diagonal_matmul_sss", "sss_matmul_diagonal", "lower_times_upper_diagonal"]
 
@@ -53,35 +53,66 @@ def generators_in(M: SSS, batch) -> Generators:
     return M.generators.expand(batch)
 
 
+def join_states(x: torch.Tensor, y: torch.Tensor, batch, T: int) -> torch.Tensor:
+    """``[x y]`` along the states, both expanded to ``batch`` (skipped where they are there: each check and expand
+    costs microseconds on small matrices)."""
+    if not x.shape[:-1] == y.shape[:-1] == (*batch, T):
+        x, y = x.expand(*batch, T, x.shape[-1]), y.expand(*batch, T, y.shape[-1])
+    return torch.cat([x, y], -1)
+
+
 def sss_add(M1: SSS, M2: SSS) -> SSS:
     """``SSS(N1) + SSS(N2) = SSS(N1 + N2)`` with block-diagonal ``A`` (diagonal if both are)."""
     batch = batch_of(M1, M2)
     G1, G2 = M1.generators, M2.generators
-    T, n1, n2 = G1.length, G1.order, G2.order
+    B1, B2 = G1.B, G2.B
+    T = B1.shape[-2]
     D = None
     if G1.D is not None or G2.D is not None:
         D = fit(G1.diagonal() + G2.diagonal(), *batch, T)
-    A = G1.A.block_diagonal(G2.A, n1, n2, batch)
-    cat = lambda x, y: torch.cat([fit(x, *batch, T, n1), fit(y, *batch, T, n2)], -1)  # noqa: E731
-    return build(Generators(A, cat(G1.B, G2.B), cat(G1.C, G2.C), D), M1.lower, batch)
+    A = G1.A.block_diagonal(G2.A, B1.shape[-1], B2.shape[-1], batch)
+    return build(Generators(A, join_states(B1, B2, batch, T), join_states(G1.C, G2.C, batch, T), D), M1.lower, batch)
 
 
 def _block_triangular(G1: Generators, G2: Generators, coupling: torch.Tensor, batch) -> Transitions:
-    """Dense ``[[A1, coupling], [0, A2]]`` of shape ``(*batch, T, n1 + n2, n1 + n2)``."""
+    """Dense ``[[A1, coupling], [0, A2]]`` of shape ``(*batch, T, n1 + n2, n1 + n2)``: the block diagonal plus the
+    coupling padded into its corner (a few whole-tensor operations: on small matrices each costs microseconds)."""
     n1, n2, T = G1.order, G2.order, G1.length
     dtype = coupling.dtype
-    if n1 == n2 == 1 and G1.A.kind != "dense" and G2.A.kind != "dense":  # four entries: one stack
-        a1, a2 = (fit(G.A.diagonals(1, dtype)[..., 0], *batch, T) for G in (G1, G2))
-        return Transitions(torch.stack([a1, coupling[..., 0, 0], torch.zeros_like(a1), a2], -1).unflatten(-1, (2, 2)),
-                           "dense")
-    A1, A2 = (fit(G.A.matrices(G.order, dtype), *batch, T, G.order, G.order) for G in (G1, G2))
-    top = torch.cat([A1, coupling], -1)
-    return Transitions(torch.cat([top, torch.cat([A2.new_zeros(*batch, T, n2, n1), A2], -1)], -2), "dense")
+    d1, d2 = G1.A.diagonals(n1, dtype), G2.A.diagonals(n2, dtype)
+    if d1 is not None and d2 is not None:
+        diagonal = torch.diag_embed(torch.cat([fit(d1, *batch, T, n1), fit(d2, *batch, T, n2)], -1))
+    else:
+        pad = torch.nn.functional.pad
+        diagonal = pad(G1.A.matrices(n1, dtype), (0, n2, 0, n2)) + pad(G2.A.matrices(n2, dtype), (n1, 0, n1, 0))
+    return Transitions(diagonal + torch.nn.functional.pad(coupling, (n1, 0, 0, n2)), "dense")
+
+
+def _first_order_product(G1: Generators, G2: Generators) -> Generators | None:
+    """``L1 L2`` for two order-1 lower matrices with scalar transitions, default diagonals and one shape (two
+    ``OneSS``): the generators of :func:`matmul_lower` in a dozen operations on ``(*, T, 1)`` columns; None for
+    other operands."""
+    shape = G1.B.shape
+    if (G1.D is not None or G2.D is not None or shape[-1] != 1 or G1.A.kind not in ("log", "scalar")
+            or G2.A.kind not in ("log", "scalar") or not shape == G1.C.shape == G2.B.shape == G2.C.shape
+            or not G1.A.values.shape == G2.A.values.shape == shape[:-1]):
+        return None
+    dtype = G1.B.dtype
+    a1, a2 = (G.A.actual()[..., None] for G in (G1, G2))
+    a1, a2 = (a if a.dtype == dtype else a.to(dtype) for a in (a1, a2))
+    b1c2 = G1.B * G2.C
+    coupling = b1c2 * a2  # B1 (C2^T A2)
+    zero = torch.zeros_like(coupling)
+    A = torch.cat([a1, coupling, zero, a2], -1).unflatten(-1, (2, 2))
+    return Generators(Transitions(A, "dense"), torch.cat([b1c2 * G2.B, G2.B], -1), torch.cat([G1.C, zero], -1))
 
 
 def matmul_lower(G1: Generators, G2: Generators, batch) -> Generators:
     """``L1 L2`` with ``A = [[A1, B1 C2^T A2], [0, A2]]``, ``B = [B1 d2; B2]``, ``C = [C1; (D1 - C1^T B1) C2]``,
     ``D = D1 D2`` (no explicit ``D1``: ``C = [C1; 0]``, no ``D``)."""
+    first_order = _first_order_product(G1, G2)
+    if first_order is not None and first_order.B.shape[:-2] == tuple(batch):
+        return first_order
     n1, n2, T = G1.order, G2.order, G1.length
     coupling = G1.B[..., :, None] * G2.A.left_apply(G2.C)[..., None, :]  # B1 (C2^T A2)
     A = _block_triangular(G1, G2, fit(coupling, *batch, T, n1, n2), batch)

@@ -345,11 +345,12 @@ class Transitions:
     # --- combining two recurrences -------------------------------------------------------------------
     def block_diagonal(self, other: Transitions, n1: int, n2: int, batch) -> Transitions:
         """``diag(A1_t, A2_t)``: the transitions of a sum of two recurrences (diagonal where both are)."""
+        if (self.kind == other.kind == "log" and n1 == n2 == 1 and self.values.shape == other.values.shape
+                and not (carries_gradient(self.decays) or carries_gradient(other.decays))):  # (diagonals() carry them)
+            both = torch.exp(torch.stack([self.values, other.values], -1))  # one exp of both
+            return Transitions(both if both.shape[:-2] == tuple(batch) else both.expand(*batch, -1, 2), "diag")
         T = self.length
         fit = lambda t, n: t if t.shape == (*batch, T, n) else t.expand(*batch, T, n)  # noqa: E731
-        plain = not (carries_gradient(self.decays) or carries_gradient(other.decays))  # (diagonals() carry them)
-        if plain and self.kind == "log" and other.kind == "log" and n1 == n2 == 1 and self.values.shape == other.values.shape:
-            return Transitions(fit(torch.exp(torch.stack([self.values, other.values], -1)), 2), "diag")  # one exp of both
         d1, d2 = self.diagonals(n1), other.diagonals(n2)
         if d1 is not None and d2 is not None:
             dtype = torch.promote_types(d1.dtype, d2.dtype)

@@ -125,3 +125,34 @@ def test_dispatch_cache_follows_the_registry():
     finally:
         dispatch._REGISTRY["add"][:] = [r for r in dispatch._REGISTRY["add"] if r.fn is not dense_sum]
     assert isinstance(D + D, sm.Diagonal)  # and a rule removed in place, too
+
+
+@pytest.mark.parametrize("T", [0, 1, 7])
+@pytest.mark.parametrize("dtype", [F64, C128, torch.float32])
+def test_operands_of_one_shape_take_the_short_paths(T, dtype):
+    """Operands of one batch shape skip the expands: two OneSS multiply through their order-1 columns, strict parts of
+    quasiseparable matrices add without their zero diagonals; every result against dense complex128 arithmetic."""
+    for name in ("OneSS", "SSS", "SSS dense", "Quasiseparable", "LowRank"):
+        a, b = _operand(name, T, (2, 3), dtype, seed=2), _operand(name, T, (2, 3), dtype, seed=7)
+        for op in ("+", "@"):
+            R = _APPLY[op](a, b)
+            assert isinstance(R, OPS[name][op]) and R.order == _expected_order(op, a, b, R), (name, op)
+            want = _DENSE[op](a.to_dense().to(C128), b.to_dense().to(C128))
+            rtol = 1e-4 if dtype == torch.float32 else 1e-9
+            close(R.to_dense().to(C128), want, rtol=rtol, atol=rtol)
+            assert R.dtype == a.dtype and R.shape == want.shape
+
+
+def test_one_ss_product_gradients_reach_the_decays_exactly_at_zero():
+    """The order-1 product of two OneSS carries the decays' gradient (linear space, exact at ``a_t = 0``)."""
+    cut = torch.tensor([1.0, 1, 0, 1, 1, 1], dtype=F64)
+    a = (0.3 + rand(2, 6, seed=4)).requires_grad_()
+    b = (0.3 + rand(2, 6, seed=6)).requires_grad_()
+    c = 1 + rand(2, 6, seed=8)
+
+    def product(a, b):
+        return (sm.OneSS.from_decays(a * cut, c=c) @ sm.OneSS.from_decays(b, b=c)).to_dense()
+
+    R = sm.OneSS.from_decays(a * cut, c=c) @ sm.OneSS.from_decays(b, b=c)
+    assert R.order == 2
+    assert torch.autograd.gradcheck(product, (a, b))
