@@ -88,31 +88,30 @@ def _block_triangular(G1: Generators, G2: Generators, coupling: torch.Tensor, ba
     return Transitions(diagonal + torch.nn.functional.pad(coupling, (n1, 0, 0, n2)), "dense")
 
 
-def _first_order_product(G1: Generators, G2: Generators) -> Generators | None:
-    """``L1 L2`` for two order-1 lower matrices with scalar transitions, default diagonals and one shape (two
-    ``OneSS``): the generators of :func:`matmul_lower` in a dozen operations on ``(*, T, 1)`` columns; None for
-    other operands."""
-    shape = G1.B.shape
-    if (G1.D is not None or G2.D is not None or shape[-1] != 1 or G1.A.kind not in ("log", "scalar")
-            or G2.A.kind not in ("log", "scalar") or not shape == G1.C.shape == G2.B.shape == G2.C.shape
-            or not G1.A.values.shape == G2.A.values.shape == shape[:-1]):
+def _one_ss_product(M1: OneSS, M2: OneSS) -> SSS | None:
+    """``M1 @ M2`` for two lower ``OneSS`` of one shape: the generators of :func:`matmul_lower` (``A = [[a1, b1 c2 a2],
+    [0, a2]]``, ``B = [b1 c2 b2, b2]``, ``C = [c1, 0]``) stacked from the ``(*, T)`` scalings in about ten operations
+    (unit scalings skip their products); None for other operands."""
+    if not (type(M1) is type(M2) is OneSS and M1.lower and M2.lower):
         return None
-    dtype = G1.B.dtype
-    a1, a2 = (G.A.actual()[..., None] for G in (G1, G2))
-    a1, a2 = (a if a.dtype == dtype else a.to(dtype) for a in (a1, a2))
-    b1c2 = G1.B * G2.C
-    coupling = b1c2 * a2  # B1 (C2^T A2)
-    zero = torch.zeros_like(coupling)
-    A = torch.cat([a1, coupling, zero, a2], -1).unflatten(-1, (2, 2))
-    return Generators(Transitions(A, "dense"), torch.cat([b1c2 * G2.B, G2.B], -1), torch.cat([G1.C, zero], -1))
+    shape = M1.shape[:-1]
+    if not all(t is None or t.shape == shape for t in (M1.log_a, M2.log_a, M1.b, M1.c, M2.b, M2.c)):
+        return None
+    dtype = M1.dtype
+    a1, a2 = (a if a.dtype == dtype else a.to(dtype) for a in (M1.transitions.actual(), M2.transitions.actual()))
+    b2 = torch.ones_like(a2) if M2.b is None else M2.b
+    c1 = torch.ones_like(a1) if M1.c is None else M1.c
+    b1c2 = M2.c if M1.b is None else M1.b if M2.c is None else M1.b * M2.c  # None: both are ones
+    zero = torch.zeros_like(a1)
+    A = torch.stack([a1, a2 if b1c2 is None else b1c2 * a2, zero, a2], -1).unflatten(-1, (2, 2))
+    B = torch.stack([b2 if b1c2 is None else b1c2 * b2, b2], -1)
+    C = torch.stack([c1, zero], -1)
+    return SSS._assemble(Generators(Transitions(A, "dense"), B, C), True, M1.batch_shape)
 
 
 def matmul_lower(G1: Generators, G2: Generators, batch) -> Generators:
     """``L1 L2`` with ``A = [[A1, B1 C2^T A2], [0, A2]]``, ``B = [B1 d2; B2]``, ``C = [C1; (D1 - C1^T B1) C2]``,
     ``D = D1 D2`` (no explicit ``D1``: ``C = [C1; 0]``, no ``D``)."""
-    first_order = _first_order_product(G1, G2)
-    if first_order is not None and first_order.B.shape[:-2] == tuple(batch):
-        return first_order
     n1, n2, T = G1.order, G2.order, G1.length
     coupling = G1.B[..., :, None] * G2.A.left_apply(G2.C)[..., None, :]  # B1 (C2^T A2)
     A = _block_triangular(G1, G2, fit(coupling, *batch, T, n1, n2), batch)
@@ -127,6 +126,9 @@ def matmul_lower(G1: Generators, G2: Generators, batch) -> Generators:
 
 def sss_matmul(M1: SSS, M2: SSS) -> SSS:
     """``SSS(N1) @ SSS(N2) = SSS(N1 + N2)`` with block upper-triangular ``A`` (``U1 U2 = (L2 L1)^T``)."""
+    product = _one_ss_product(M1, M2)
+    if product is not None:
+        return product
     batch = batch_of(M1, M2)
     G1, G2 = M1.generators, M2.generators
     G = matmul_lower(G1, G2, batch) if M1.lower else matmul_lower(G2, G1, batch)

@@ -357,10 +357,10 @@ class Transitions:
             cast = lambda t: t if t.dtype == dtype else t.to(dtype)  # noqa: E731
             return Transitions(torch.cat([cast(fit(d1, n1)), cast(fit(d2, n2))], -1), "diag")
         A1, A2 = self.matrices(n1), other.matrices(n2)
-        dtype = torch.promote_types(A1.dtype, A2.dtype)
-        A1, A2 = A1.to(dtype).expand(*batch, *A1.shape[-3:]), A2.to(dtype).expand(*batch, *A2.shape[-3:])
-        return Transitions(torch.cat([torch.cat([A1, A1.new_zeros(*A1.shape[:-1], n2)], -1),
-                                      torch.cat([A2.new_zeros(*A2.shape[:-1], n1), A2], -1)], -2), "dense")
+        pad = torch.nn.functional.pad  # each block padded to its place, then one sum: three operations
+        blocks = pad(A1, (0, n2, 0, n2)) + pad(A2, (n1, 0, n1, 0))
+        return Transitions(blocks if blocks.shape[:-3] == tuple(batch) else blocks.expand(*batch, *blocks.shape[-3:]),
+                           "dense")
 
     def kron(self, other: Transitions, n1: int, n2: int, batch) -> Transitions:
         """``A1_t (x) A2_t``: the transitions of an elementwise product of two recurrences."""

@@ -156,3 +156,19 @@ def test_one_ss_product_gradients_reach_the_decays_exactly_at_zero():
     R = sm.OneSS.from_decays(a * cut, c=c) @ sm.OneSS.from_decays(b, b=c)
     assert R.order == 2
     assert torch.autograd.gradcheck(product, (a, b))
+
+
+@pytest.mark.parametrize("scalings", ["none", "b", "c", "both", "broadcast b"])
+def test_one_ss_products_with_unit_or_broadcast_scalings(scalings):
+    """Two OneSS multiply from their scalings (unit ones skip their products; scalings of another batch shape take the
+    generic product) in float32 and float64 against dense float64."""
+    for dtype in (torch.float32, F64):
+        a = 0.5 + 0.5 * rand(3, 6, seed=1, dtype=dtype)
+        s = 1 + rand(3, 6, seed=2, dtype=dtype)
+        b = {"b": s, "both": s, "broadcast b": s[:1]}.get(scalings)
+        c = {"c": s, "both": s}.get(scalings)
+        M1, M2 = sm.OneSS.from_decays(a, b=b, c=c), sm.OneSS.from_decays(a.flip(-1), b=c, c=b)
+        R = M1 @ M2
+        assert isinstance(R, sm.SSS) and R.order == 2 and R.dtype == dtype
+        rtol = 1e-5 if dtype == torch.float32 else 1e-12
+        close(R.to_dense().to(F64), M1.to_dense().to(F64) @ M2.to_dense().to(F64), rtol=rtol, atol=rtol)
