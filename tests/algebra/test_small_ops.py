@@ -172,3 +172,21 @@ def test_one_ss_products_with_unit_or_broadcast_scalings(scalings):
         assert isinstance(R, sm.SSS) and R.order == 2 and R.dtype == dtype
         rtol = 1e-5 if dtype == torch.float32 else 1e-12
         close(R.to_dense().to(F64), M1.to_dense().to(F64) @ M2.to_dense().to(F64), rtol=rtol, atol=rtol)
+
+
+@pytest.mark.parametrize("T", [0, 1, 9])
+@pytest.mark.parametrize("dtype", [torch.float32, F64, C128])
+def test_quasiseparable_inverse_steps_in_numpy_equal_the_torch_steps(T, dtype):
+    """Without a gradient the Python steps of the LU and inverse recursions run in numpy; with one, in torch: the
+    same generators (and both the inverse of the dense matrix), also for a batch and orders (1, 2)."""
+    M = _operand("Quasiseparable", T, (2,), dtype, seed=3)
+    host = M.inv()
+    with torch.no_grad():
+        assert (M @ M.inv().to_dense()).shape == (2, T, T)  # (no_grad: the numpy steps, also for the products)
+    x = torch.ones((), dtype=dtype, requires_grad=True)  # a wanted gradient sends every step through torch
+    graph = (M * x).inv()
+    assert host.order == graph.order == M.order
+    rtol = 1e-4 if dtype == torch.float32 else 1e-10
+    close(host.to_dense().to(C128), graph.to_dense().detach().to(C128), rtol=rtol, atol=rtol)
+    if T:
+        close(host.to_dense().to(C128), torch.linalg.inv(M.to_dense().to(C128)), rtol=rtol, atol=rtol)
