@@ -26,11 +26,11 @@ transitions ``A_k P_{k-1}``), else of order ``n + 1`` (``docs/deviations.md``, i
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from structmat.core.transitions import Transitions
 from structmat.core.validation import check_overflow
+from structmat.linalg.quasiseparable_inverse_host import host_inverse
 from structmat.linalg.quasiseparable_lu import DenseParts, LUFactors, dense_parts, host_steps_apply, lu_recurrence
 from structmat.linalg.semiseparable import Generators
 
@@ -50,8 +50,6 @@ def _backward_states(parts: DenseParts, f: LUFactors, v: torch.Tensor) -> torch.
     T = delta.shape[-1]
     if T == 0:
         return base.clone()
-    if host_steps_apply(base, beta, ell):
-        return _backward_steps_host(base, beta, ell)
     bases, betas, ells = base.unbind(-3), beta.unbind(-3), ell.unbind(-3)
     Z = torch.zeros_like(bases[0])
     out = [Z]
@@ -59,18 +57,6 @@ def _backward_states(parts: DenseParts, f: LUFactors, v: torch.Tensor) -> torch.
         Z = bases[k] + betas[k] @ Z @ ells[k]
         out.append(Z)
     return torch.stack(out[::-1], dim=-3)
-
-
-def _backward_steps_host(base: torch.Tensor, beta: torch.Tensor, ell: torch.Tensor) -> torch.Tensor:
-    """The steps of :func:`_backward_states` in numpy (:func:`~structmat.linalg.quasiseparable_lu.host_steps_apply`)."""
-    host = lambda t: np.moveaxis(t.detach().resolve_conj().resolve_neg().numpy(), -3, 0)  # noqa: E731
-    bases, betas, ells = host(base), host(beta), host(ell)
-    Z = np.zeros_like(bases[0])
-    out = [Z]
-    for k in range(bases.shape[0] - 1, 0, -1):
-        Z = bases[k] + betas[k] @ Z @ ells[k]
-        out.append(Z)
-    return torch.from_numpy(np.stack(out[::-1], axis=-3))
 
 
 def _realize(A: torch.Tensor, C: torch.Tensor, s: torch.Tensor, c: torch.Tensor) -> Generators:
@@ -104,7 +90,8 @@ def quasiseparable_inverse(lower: Generators, upper: Generators, d: torch.Tensor
     part (order ``n_l``, or ``n_l + 1``), of its transposed strictly-upper part (order ``n_u``, or
     ``n_u + 1``), and its diagonal ``(*, T)``. See the module docstring.
 
-    ``O(T n_l n_u (n_l + n_u))`` with two Python steps per position. No pivoting: raises
+    ``O(T n_l n_u (n_l + n_u))`` with two Python steps per position (in numpy where no gradient is wanted on the CPU:
+    :mod:`structmat.linalg.quasiseparable_inverse_host`). No pivoting: raises
     :class:`~structmat.SingularMatrixError` when a leading principal minor vanishes, or when the
     inverse overflows.
 
@@ -118,6 +105,8 @@ def quasiseparable_inverse(lower: Generators, upper: Generators, d: torch.Tensor
     True
     """
     parts = dense_parts(lower, upper, d, batch)
+    if d.shape[-1] and host_steps_apply(parts.A, parts.B, parts.C, parts.Au, parts.Bu, parts.Cu, parts.d):
+        return host_inverse(parts)
     f = lu_recurrence(parts)
     v = f.g / f.delta[..., None]
     Z = _backward_states(parts, f, v)

@@ -29,7 +29,8 @@ import torch
 from structmat.core.validation import SingularMatrixError
 from structmat.linalg.semiseparable import Generators
 
-__all__ = ["DenseParts", "LUFactors", "dense_parts", "host_steps_apply", "lu_recurrence", "quasiseparable_lu"]
+__all__ = ["DenseParts", "LUFactors", "dense_parts", "host_steps_apply", "lu_recurrence", "quasiseparable_lu",
+           "schur_steps_host"]
 
 
 @dataclass(frozen=True)
@@ -78,21 +79,26 @@ def host_steps_apply(*tensors: torch.Tensor) -> bool:
 
 
 def _host(t: torch.Tensor) -> np.ndarray:
-    """``t`` as a numpy array with the step axis ``-3`` first (views where torch allows)."""
-    return np.moveaxis(t.detach().resolve_conj().resolve_neg().numpy(), -3, 0)
+    """``t`` as a numpy array (a view where torch allows)."""
+    return t.detach().resolve_conj().resolve_neg().numpy()
 
 
-def _schur_steps(left: torch.Tensor, right: torch.Tensor, corner: torch.Tensor, F: torch.Tensor) -> torch.Tensor:
-    """The steps of :func:`lu_recurrence` (``Y_k`` stacked along ``-3``) in numpy (:func:`host_steps_apply`); a zero
-    pivot gives inf or NaN there, as in torch, and the caller raises."""
-    F, Ys = F.numpy(), []
+def schur_steps_host(left: np.ndarray, right: np.ndarray, corner: np.ndarray, F: np.ndarray) -> np.ndarray:
+    """The steps of :func:`lu_recurrence` on numpy arrays (steps along axis ``-3``), ``Y_k`` stacked along ``-3``; a
+    zero pivot gives inf or NaN, as in torch, and the caller raises."""
+    Ys = []
     with np.errstate(divide="ignore", invalid="ignore"):
-        for Lk, Rk, Ck in zip(_host(left), _host(right), _host(corner)):
+        for Lk, Rk, Ck in zip(np.moveaxis(left, -3, 0), np.moveaxis(right, -3, 0), np.moveaxis(corner, -3, 0)):
             Y = Lk @ F @ Rk - Ck
             u = Y[..., :, -1:]
             F = Y - (u @ Y[..., -1:, :]) / u[..., -1:, :]
             Ys.append(Y)
-    return torch.from_numpy(np.stack(Ys, axis=-3))
+    return np.stack(Ys, axis=-3)
+
+
+def _schur_steps(left: torch.Tensor, right: torch.Tensor, corner: torch.Tensor, F: torch.Tensor) -> torch.Tensor:
+    """:func:`schur_steps_host` of torch tensors (:func:`host_steps_apply`)."""
+    return torch.from_numpy(schur_steps_host(_host(left), _host(right), _host(corner), _host(F)))
 
 
 def _schur_steps_torch(left: torch.Tensor, right: torch.Tensor, corner: torch.Tensor, F: torch.Tensor) -> torch.Tensor:
