@@ -75,17 +75,17 @@ def sss_add(M1: SSS, M2: SSS) -> SSS:
 
 
 def _block_triangular(G1: Generators, G2: Generators, coupling: torch.Tensor, batch) -> Transitions:
-    """Dense ``[[A1, coupling], [0, A2]]`` of shape ``(*batch, T, n1 + n2, n1 + n2)``: the block diagonal plus the
-    coupling padded into its corner (a few whole-tensor operations: on small matrices each costs microseconds)."""
+    """Dense ``[[A1, coupling], [0, A2]]`` of shape ``(*batch, T, n1 + n2, n1 + n2)`` in three or four whole-tensor
+    operations (on small matrices each costs microseconds): a diagonal of both plus the coupling padded into its
+    corner, or the blocks joined."""
     n1, n2, T = G1.order, G2.order, G1.length
     dtype = coupling.dtype
     d1, d2 = G1.A.diagonals(n1, dtype), G2.A.diagonals(n2, dtype)
     if d1 is not None and d2 is not None:
         diagonal = torch.diag_embed(torch.cat([fit(d1, *batch, T, n1), fit(d2, *batch, T, n2)], -1))
-    else:
-        pad = torch.nn.functional.pad
-        diagonal = pad(G1.A.matrices(n1, dtype), (0, n2, 0, n2)) + pad(G2.A.matrices(n2, dtype), (n1, 0, n1, 0))
-    return Transitions(diagonal + torch.nn.functional.pad(coupling, (n1, 0, 0, n2)), "dense")
+        return Transitions(diagonal + torch.nn.functional.pad(coupling, (n1, 0, 0, n2)), "dense")
+    A1, A2 = (fit(G.A.matrices(G.order, dtype), *batch, T, G.order, G.order) for G in (G1, G2))
+    return Transitions(torch.cat([torch.cat([A1, coupling], -1), torch.nn.functional.pad(A2, (n1, 0))], -2), "dense")
 
 
 def _one_ss_product(M1: OneSS, M2: OneSS) -> SSS | None:
