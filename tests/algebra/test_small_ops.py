@@ -190,3 +190,15 @@ def test_quasiseparable_inverse_steps_in_numpy_equal_the_torch_steps(T, dtype):
     close(host.to_dense().to(C128), graph.to_dense().detach().to(C128), rtol=rtol, atol=rtol)
     if T:
         close(host.to_dense().to(C128), torch.linalg.inv(M.to_dense().to(C128)), rtol=rtol, atol=rtol)
+
+
+def test_quasiseparable_products_sharing_transitions_equal_dense():
+    """Products whose sides share transitions (LION: one set of decays on both sides; ``M @ M``; ``M @ M.T``) share
+    segment products between the halves of the product: each against the dense product."""
+    a = 0.3 + 0.7 * rand(2, 10, seed=9)
+    a[1, 4] = 0.0  # an exact zero decay
+    for M in (sm.Quasiseparable.lion(a, b=1 + rand(2, 10, seed=1)), _operand("Quasiseparable", 10, (2,), F64, seed=4)):
+        for other in (M, M.T, sm.Quasiseparable.lion(a.flip(-1))):
+            R = M @ other
+            assert isinstance(R, sm.Quasiseparable)
+            close(R.to_dense(), M.to_dense() @ other.to_dense())
