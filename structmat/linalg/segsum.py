@@ -27,12 +27,11 @@ def segsum(x: torch.Tensor) -> torch.Tensor:
             [3., 2., 0.]])
     """
     L = x.shape[-1]
-    rep = x[..., None, :].expand(*x.shape[:-1], L, L)  # rep[..., i, k] = x[k]
-    strictly_lower = torch.ones(L, L, dtype=torch.bool, device=x.device).tril(-1)
-    # rep[..., i, k] for k in (j, i]: cumulative along the row index of the transposed view
-    sums = torch.cumsum(rep.transpose(-1, -2).masked_fill(~strictly_lower, 0), dim=-2)
-    lower = torch.ones(L, L, dtype=torch.bool, device=x.device).tril()
-    return sums.masked_fill(~lower, float("-inf"))
+    later = torch.ones(L, L, dtype=torch.bool, device=x.device).triu(1)  # [j, k]: step k comes after column j
+    # sums[..., j, i] = x[j+1] + ... + x[i]: a cumulative sum along the contiguous last axis (along the other axis
+    # it cost 20% more at L = 256), transposed as a view
+    sums = torch.cumsum(torch.where(later, x[..., None, :], torch.zeros((), dtype=x.dtype, device=x.device)), dim=-1)
+    return sums.transpose(-1, -2).masked_fill(later, float("-inf"))
 
 
 #: Fewest entries of a segment-product matrix for which :func:`decay_products` checks, on the CPU, whether a product
