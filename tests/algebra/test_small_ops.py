@@ -202,3 +202,17 @@ def test_quasiseparable_products_sharing_transitions_equal_dense():
             R = M @ other
             assert isinstance(R, sm.Quasiseparable)
             close(R.to_dense(), M.to_dense() @ other.to_dense())
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_quasiseparable_inverse_overflow_raises_in_both_paths(grad):
+    """An inverse whose entries overflow float32 (a pivot of 1e-39) raises ``SingularMatrixError`` whether the steps
+    run in numpy (no gradient) or in torch."""
+    f32 = torch.float32
+    lower = sm.OneSS(torch.zeros(2, dtype=f32), b=torch.ones(2, dtype=f32), c=torch.ones(2, dtype=f32))
+    upper = sm.OneSS(torch.zeros(2, dtype=f32), b=torch.tensor([1e-39, 1.0], dtype=f32), c=torch.ones(2, dtype=f32),
+                     lower=False)
+    diag = torch.tensor([1.0, 2e-39], dtype=f32).requires_grad_(grad)
+    M = sm.Quasiseparable(lower, upper, diag)  # [[1, 1e-39], [1, 2e-39]]: the second pivot is 1e-39
+    with pytest.raises(sm.SingularMatrixError, match="overflows float32"):
+        M.inv()
