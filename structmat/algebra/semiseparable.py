@@ -103,7 +103,7 @@ def _one_ss_product(M1: OneSS, M2: OneSS) -> SSS | None:
     c1 = torch.ones_like(a1) if M1.c is None else M1.c
     b1c2 = M2.c if M1.b is None else M1.b if M2.c is None else M1.b * M2.c  # None: both are ones
     zero = torch.zeros_like(a1)
-    A = torch.stack([a1, a2 if b1c2 is None else b1c2 * a2, zero, a2], -1).unflatten(-1, (2, 2))
+    A = torch.stack([a1, a2 if b1c2 is None else b1c2 * a2, zero, a2], -1).view(*a1.shape, 2, 2)  # (contiguous)
     B = torch.stack([b2 if b1c2 is None else b1c2 * b2, b2], -1)
     C = torch.stack([c1, zero], -1)
     return SSS._assemble(Generators(Transitions(A, "dense"), B, C), True, M1.batch_shape)
