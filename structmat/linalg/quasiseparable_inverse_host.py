@@ -14,7 +14,7 @@ import torch
 
 from structmat.core.transitions import Transitions
 from structmat.core.validation import SingularMatrixError, check_overflow
-from structmat.linalg.quasiseparable_lu import DenseParts, schur_steps_host
+from structmat.linalg.quasiseparable_lu import DenseParts, schur_steps_host, steps_first
 from structmat.linalg.semiseparable import Generators
 
 __all__ = ["host_inverse"]
@@ -24,13 +24,15 @@ def _mT(x: np.ndarray) -> np.ndarray:
     return np.swapaxes(x, -1, -2)
 
 
-def _lu(A, B, C, Au, Bu, Cu, d) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``s, g, delta`` of :func:`~structmat.linalg.quasiseparable_lu.lu_recurrence` (its bordered steps)."""
+def _lu(A, B, C, Au, Bu, Cu, d) -> tuple[np.ndarray, ...]:
+    """``s, g, delta`` of :func:`~structmat.linalg.quasiseparable_lu.lu_recurrence` (its bordered steps), and
+    ``p = A^T C``, ``h = Au^T Cu``."""
     nl, nu, T = A.shape[-1], Au.shape[-1], d.shape[-1]
     left = np.zeros(A.shape[:-2] + (nl + 1, nl + 1), A.dtype)  # [[A_k, 0], [p_k^T, 0]]
-    left[..., :nl, :nl], left[..., nl, :nl] = A, (_mT(A) @ C[..., None])[..., 0]
+    p, h = (_mT(A) @ C[..., None])[..., 0], (_mT(Au) @ Cu[..., None])[..., 0]
+    left[..., :nl, :nl], left[..., nl, :nl] = A, p
     right = np.zeros(Au.shape[:-2] + (nu + 1, nu + 1), A.dtype)  # [[Au_k^T, h_k], [0, 0]]
-    right[..., :nu, :nu], right[..., :nu, nu] = _mT(Au), (_mT(Au) @ Cu[..., None])[..., 0]
+    right[..., :nu, :nu], right[..., :nu, nu] = _mT(Au), h
     corner = np.zeros(d.shape + (nl + 1, nu + 1), A.dtype)  # [[0, B_k], [Bu_k^T, d_k]]
     corner[..., :nl, nu], corner[..., nl, :nu], corner[..., nl, nu] = B, Bu, d
     Y = schur_steps_host(left, right, corner, np.zeros(d.shape[:-1] + (nl + 1, nu + 1), A.dtype))
@@ -38,16 +40,15 @@ def _lu(A, B, C, Au, Bu, Cu, d) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     zero = (delta == 0).reshape(-1, T).any(0)
     if zero.any():
         raise SingularMatrixError(f"quasiseparable LU: leading principal minor {int(zero.nonzero()[0][0]) + 1} is zero")
-    return Y[..., :nl, nu] / Y[..., nl, nu, None], -Y[..., nl, :nu], delta
+    return Y[..., :nl, nu] / Y[..., nl, nu, None], -Y[..., nl, :nu], delta, p, h
 
 
-def _backward_states(A, C, Au, Cu, s, v, delta) -> np.ndarray:
+def _backward_states(A, C, Au, Cu, s, v, delta, p, h) -> np.ndarray:
     """``Z_k`` of :func:`structmat.linalg.quasiseparable_inverse._backward_states`."""
     ell = (np.eye(A.shape[-1], dtype=A.dtype) - s[..., :, None] * C[..., None, :]) @ A
     beta = _mT(Au) @ (np.eye(Au.shape[-1], dtype=A.dtype) - Cu[..., :, None] * v[..., None, :])
-    p, h = (_mT(A) @ C[..., None])[..., 0], (_mT(Au) @ Cu[..., None])[..., 0]
     base = h[..., :, None] * p[..., None, :] / delta[..., None, None]
-    bases, betas, ells = np.moveaxis(base, -3, 0), np.moveaxis(beta, -3, 0), np.moveaxis(ell, -3, 0)
+    bases, betas, ells = steps_first(base), steps_first(beta), steps_first(ell)
     Z = np.zeros_like(bases[0])
     out = [Z]
     for k in range(bases.shape[0] - 1, 0, -1):
@@ -88,9 +89,9 @@ def host_inverse(parts: DenseParts) -> tuple[Generators, Generators, torch.Tenso
     A, B, C, Au, Bu, Cu, d = (t.detach().resolve_conj().resolve_neg().numpy() for t in
                               (parts.A, parts.B, parts.C, parts.Au, parts.Bu, parts.Cu, parts.d))
     with np.errstate(all="ignore"):  # an overflow or a zero pivot is reported as the torch path reports it
-        s, g, delta = _lu(A, B, C, Au, Bu, Cu, d)
+        s, g, delta, p, h = _lu(A, B, C, Au, Bu, Cu, d)
         v = g / delta[..., None]
-        Z = _backward_states(A, C, Au, Cu, s, v, delta)
+        Z = _backward_states(A, C, Au, Cu, s, v, delta, p, h)
         lam = _checked(1 / delta + (v[..., None, :] @ Z @ s[..., :, None])[..., 0, 0], "Quasiseparable.inv() diagonal")
         c = _checked((_mT(Z) @ v[..., None])[..., 0] - lam[..., None] * C, "Quasiseparable.inv() lower part")
         cu = _checked((Z @ s[..., None])[..., 0] - lam[..., None] * Cu, "Quasiseparable.inv() upper part")

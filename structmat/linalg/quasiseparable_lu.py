@@ -30,7 +30,7 @@ from structmat.core.validation import SingularMatrixError
 from structmat.linalg.semiseparable import Generators
 
 __all__ = ["DenseParts", "LUFactors", "dense_parts", "host_steps_apply", "lu_recurrence", "quasiseparable_lu",
-           "schur_steps_host"]
+           "schur_steps_host", "steps_first"]
 
 
 @dataclass(frozen=True)
@@ -83,12 +83,17 @@ def _host(t: torch.Tensor) -> np.ndarray:
     return t.detach().resolve_conj().resolve_neg().numpy()
 
 
+def steps_first(x: np.ndarray) -> np.ndarray:
+    """``x (*, T, r, c)`` with the step axis first (itself without batch dims: ``np.moveaxis`` costs microseconds)."""
+    return x if x.ndim == 3 else np.moveaxis(x, -3, 0)
+
+
 def schur_steps_host(left: np.ndarray, right: np.ndarray, corner: np.ndarray, F: np.ndarray) -> np.ndarray:
     """The steps of :func:`lu_recurrence` on numpy arrays (steps along axis ``-3``), ``Y_k`` stacked along ``-3``; a
     zero pivot gives inf or NaN, as in torch, and the caller raises."""
     Ys = []
     with np.errstate(divide="ignore", invalid="ignore"):
-        for Lk, Rk, Ck in zip(np.moveaxis(left, -3, 0), np.moveaxis(right, -3, 0), np.moveaxis(corner, -3, 0)):
+        for Lk, Rk, Ck in zip(steps_first(left), steps_first(right), steps_first(corner)):
             Y = Lk @ F @ Rk - Ck
             u = Y[..., :, -1:]
             F = Y - (u @ Y[..., -1:, :]) / u[..., -1:, :]
