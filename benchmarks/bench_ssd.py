@@ -190,7 +190,7 @@ def first_call_seconds(batch=1, T=3000, H=24, P=48, N=96) -> float:
     return time.perf_counter() - t0
 
 
-def plot(rows, path):
+def plot(rows, path, device=None):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -210,10 +210,22 @@ def plot(rows, path):
         ax.set_yscale("log")
         ax.set_xlabel("T (32768 tokens per call)")
         ax.set_ylabel("median ms")
-        ax.set_title(f"SSD, H=32, P=64, N={N}, bf16, {torch.cuda.get_device_name()}")
+        ax.set_title(f"SSD, H=32, P=64, N={N}, bf16, {device or torch.cuda.get_device_name()}")
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+
+
+def merge(paths, name):
+    """One grid (JSON + PNG) from the result files of several calls on one machine (the full grid with peers
+    takes longer than one device call may run)."""
+    runs = [json.loads(Path(p).read_text()) for p in paths]
+    rows = [r for run in runs for r in run["grid"]]
+    path = write(name, {"first_call_seconds": runs[0].get("first_call_seconds"), "correctness": runs[0].get("correctness"),
+                        "grid": rows, "merged_from": [Path(p).name for p in paths],
+                        "device_machine": runs[0]["machine"]})
+    plot(rows, path.with_suffix(".png"), device=runs[0]["machine"].get("gpu"))
+    print("wrote", path)
 
 
 def main():
@@ -228,7 +240,12 @@ def main():
     parser.add_argument("--no-sdpa", action="store_true", help="skip the SDPA baseline")
     parser.add_argument("--grid-only", action="store_true", help="skip the first-call and correctness runs")
     parser.add_argument("--name", default=None, help="results file name (default from --Ns / --quick)")
+    parser.add_argument("--merge", default=None, help="comma-separated result files of one machine's runs (no GPU "
+                        "needed): write their rows as one grid (first call and accuracy from the first) and its plot")
     args = parser.parse_args()
+    if args.merge:
+        merge(args.merge.split(","), args.name or "bench_ssd_merged")
+        return
     peers = {} if args.no_peers else load_peers()
     print("peers:", sorted(peers))
     t_first, corr = None, None

@@ -242,6 +242,8 @@ class StructuredMatrix(abc.ABC):
         ``triangle`` ``"lower"``, ``"upper"`` or None for an LU), or None where that form does not apply."""
         if not type(self).small_dense:
             return None
+        if type(Y) is torch.Tensor and triangle is not None and (X := small.vector_solve(self, Y, triangle)) is not None:
+            return X
         Y, vector = self._prepare(Y, "Y")
         X = small.dense_solve(self, Y, triangle, singular)
         return X if X is None or not vector else X[..., 0]

@@ -31,7 +31,15 @@ class SingularMatrixError(ValueError):
     """Raised when a structured inverse or solve meets a singular matrix."""
 
 
-_STATE = threading.local()
+class _State(threading.local):
+    """The per-thread check settings. Defaults as class attributes: a ``getattr`` with a default that misses
+    raises and catches an ``AttributeError`` (1-2 us, paid by every small solve's overflow check)."""
+
+    finite_checks = True
+    trusted = False
+
+
+_STATE = _State()
 
 
 class thread_flag:  # noqa: N801  (used as a function: ``with thread_flag(...)``)

@@ -1,11 +1,22 @@
 """Launchers of the decay kernels: the tile constants (each with its reason), :class:`DecayTritonConfig`,
-the forward launch and the backward's six launches. :mod:`structmat.kernels.decay_triton` wraps them
-in custom ops with their autograd.
+the forward launch, the backward's six launches and their compile ahead of the first backward
+(:func:`compile_backward_ahead`). :mod:`structmat.kernels.decay_triton` wraps them in custom ops with their
+autograd.
 """
 
 from __future__ import annotations
 
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
 import torch
+import triton
+
+try:  # triton >= 3.4: compiles submitted from a warm-up run on an executor (a private module: optional)
+    from triton.runtime._async_compile import AsyncCompileMode
+except ImportError:  # pragma: no cover - older triton compiles the warm-ups one after the other
+    AsyncCompileMode = None
 
 from structmat.kernels import decay_triton_bwd as _bwd
 from structmat.kernels import decay_triton_bwd_scan as _scan
@@ -35,6 +46,10 @@ SPLIT_STATE = True
 GATE_ROWS = 64  # (t, h) rows per program of the elementwise gate backward
 # dC / dB programs launched heaviest block first (their work per block grows 1 : NBLK across a chunk)
 HEAVY_FIRST = True
+# The first forward that saves for a backward compiles the backward's kernels on this many threads beside its
+# own compile (a first forward+backward on a new shape was 11 s on an H100 host, 6 s of it the backward's
+# kernels compiled one after the other; LLVM and ptxas run outside the GIL).
+COMPILE_THREADS = 6
 
 
 class DecayTritonConfig:
@@ -93,6 +108,26 @@ def _alloc(shape, dtype, device, debug):
     return torch.full(shape, float("nan") if dtype.is_floating_point else -1, device=device, dtype=dtype)
 
 
+class _Buffers:
+    """Where the backward's launchers get their buffers and how they launch: fresh tensors and a launch, or,
+    for a compile-only warm-up (``standins``: a tensor per dtype), existing tensors and ``kernel.warmup``. A
+    warm-up never runs the kernel, and a kernel is specialised on dtypes, 16-byte alignment and integer
+    arguments, which the stand-ins share with the buffers of the real launch."""
+
+    def __init__(self, debug: bool = False, standins: dict | None = None):
+        self.debug = debug and standins is None
+        self.standins = standins
+
+    def __call__(self, shape, dtype, device):
+        return self.standins[dtype] if self.standins is not None else _alloc(shape, dtype, device, self.debug)
+
+    def launch(self, kernel, grid, *args, **meta):
+        if self.standins is None:
+            kernel[grid](*args, **meta)
+        else:
+            kernel.warmup(*args, grid=grid, **meta)
+
+
 def _split(P, ps):
     """Column split of the state: ``ps`` programs per head, each ``P / ps`` columns (>= 16)."""
     while ps > 1 and _pow2(P) // ps < 16:
@@ -130,6 +165,8 @@ def forward(x, log_a, B, C, scale, D, z, init, seq_idx, chunk, bm, warps, save, 
     zz = z if z is not None else x
     ini = init if init is not None else final
     sD_h, sD_p = _d_strides(D)
+    if save:
+        compile_backward_ahead(x, log_a, B, C, scale, D, z, init, seq_idx, chunk, bm, warps, ypre)
     _fwd.decay_fwd_kernel[(NC * b * H * ps,)](
         x, log_a, scale if scale is not None else log_a, B, C, D if D is not None else log_a, zz, ini,
         seq_idx if seq_idx is not None else log_a,
@@ -147,25 +184,27 @@ def forward(x, log_a, B, C, scale, D, z, init, seq_idx, chunk, bm, warps, save, 
     return out, final, cst, slo, ypre
 
 
-def _launch_chain(dy, dfinal, log_a, C, seq_idx, slo, has_init, chunk, bm, warp, split=1, debug=False):
+def _launch_chain(dy, dfinal, log_a, C, seq_idx, slo, has_init, chunk, bm, warp, split, buf):
     """Adjoint states ``G_c`` per chunk (input dtype), ``d initial_state`` (fp32 or empty), the
     chunk-local cumulative log decays ``cs (b, h, T)`` and ``a_c <G_c, h_c>`` per ``(b, c, h)``."""
     b, T, H, P = dy.shape
     G, N = C.shape[2], C.shape[3]
     NC = _cdiv(T, chunk)
     dev = dy.device
-    glo = _alloc((b, NC, H, P, N), C.dtype, dev, debug)
-    dinit = _alloc((b, H, P, N), torch.float32, dev, debug) if has_init else log_a.new_empty(0)
     ps = _split(P, split)
-    cs = _alloc((b, H, T), torch.float32, dev, debug)
-    jump = _alloc((b, NC, H, ps), torch.float32, dev, debug)
-    g32 = _alloc((b, NC, H, P, N), torch.float32, dev, debug) if NC > 1 else glo
-    agg = _alloc((b, NC, H, P, N), torch.float32, dev, debug) if NC > 1 else glo
-    adec = _alloc((b, NC, H, ps), torch.float32, dev, debug)
-    sync = torch.zeros(2 + b * NC * H * ps, device=dev, dtype=torch.int32)
+    glo = buf((b, NC, H, P, N), C.dtype, dev)
+    dinit = buf((b, H, P, N), torch.float32, dev) if has_init else log_a.new_empty(0)
+    cs = buf((b, H, T), torch.float32, dev)
+    jump = buf((b, NC, H, ps), torch.float32, dev)
+    g32 = buf((b, NC, H, P, N), torch.float32, dev) if NC > 1 else glo
+    agg = buf((b, NC, H, P, N), torch.float32, dev) if NC > 1 else glo
+    adec = buf((b, NC, H, ps), torch.float32, dev)
+    sync = torch.zeros(2 + b * NC * H * ps, device=dev, dtype=torch.int32) if buf.standins is None else (
+        buf.standins[torch.int32])
     dfin = dfinal if dfinal is not None else glo
     sf = dfinal.stride() if dfinal is not None else (0, 0, 0, 0)
-    _scan.decay_bwd_chain_kernel[(NC * b * H * ps,)](
+    buf.launch(
+        _scan.decay_bwd_chain_kernel, (NC * b * H * ps,),
         dy, log_a, C, seq_idx if seq_idx is not None else log_a, dfin, slo, glo, dinit if has_init else glo, cs,
         jump, g32, agg, adec, sync,
         T, H, H // G, NC, b * H, P, N,
@@ -173,7 +212,7 @@ def _launch_chain(dy, dfinal, log_a, C, seq_idx, slo, has_init, chunk, bm, warp,
         CHUNK=chunk, BM=bm, BN=_pow2(N), BP=_pow2(P) // ps, HAS_SEQ=seq_idx is not None,
         HAS_DFINAL=dfinal is not None, WRITE_DINIT=has_init, PREC=_precision(C.dtype), PS=ps, num_warps=warp,
     )
-    if debug:
+    if buf.debug:
         _check_sync(sync, "backward chain")
     return glo, dinit, cs, jump
 
@@ -182,14 +221,15 @@ def _group_args(x, dy, B, C):
     return (*x.stride(), *dy.stride(), *B.stride(), *C.stride())
 
 
-def _launch_group_grad(kernel, target, x, dy, cs, s_ht, B, C, seq_idx, state, rpart, chunk, bm, warp, debug=False):
+def _launch_group_grad(kernel, target, x, dy, cs, s_ht, B, C, seq_idx, state, rpart, chunk, bm, warp, buf):
     """``dC`` (``target`` is ``C``, ``state`` the states ``slo``; row sums of ``V`` into ``rpart``) or ``dB``
     (``target`` is ``B``, ``state`` the state gradients ``glo``; column sums): one launch shape for both."""
     b, T, H, P = x.shape
     G, N = B.shape[2], B.shape[3]
     NC = _cdiv(T, chunk)
-    grad = _alloc(target.shape, target.dtype, x.device, debug)
-    kernel[(NC * (chunk // bm), b * G)](
+    grad = buf(target.shape, target.dtype, x.device)
+    buf.launch(
+        kernel, (NC * (chunk // bm), b * G),
         x, dy, cs, s_ht if s_ht is not None else cs, B, C, seq_idx if seq_idx is not None else cs, state,
         grad, rpart,
         T, H, H // G, G, b, NC, P, N, *_group_args(x, dy, B, C),
@@ -199,7 +239,7 @@ def _launch_group_grad(kernel, target, x, dy, cs, s_ht, B, C, seq_idx, state, rp
     return grad
 
 
-def _launch_dx(x, dy, cs, s_ht, B, C, D, seq_idx, glo, chunk, bm, warp, split=1, debug=False):
+def _launch_dx(x, dy, cs, s_ht, B, C, D, seq_idx, glo, chunk, bm, warp, split, buf):
     """``dx``, ``d scale`` as ``(split, b, h, T)`` fp32 partials (or empty), ``dD`` partials
     ``(b, nc, h, p)`` (or empty)."""
     b, T, H, P = x.shape
@@ -207,11 +247,12 @@ def _launch_dx(x, dy, cs, s_ht, B, C, D, seq_idx, glo, chunk, bm, warp, split=1,
     NC = _cdiv(T, chunk)
     dev = x.device
     ps = _split(P, split)
-    dx = _alloc((b, T, H, P), x.dtype, dev, debug)
-    ds = _alloc((ps, b, H, T), torch.float32, dev, debug) if s_ht is not None else cs.new_empty(0)
-    dDp = _alloc((b, NC, H, P), torch.float32, dev, debug) if D is not None else cs.new_empty(0)
+    dx = buf((b, T, H, P), x.dtype, dev)
+    ds = buf((ps, b, H, T), torch.float32, dev) if s_ht is not None else cs.new_empty(0)
+    dDp = buf((b, NC, H, P), torch.float32, dev) if D is not None else cs.new_empty(0)
     sD_h, sD_p = _d_strides(D)
-    _bwd.decay_bwd_dx_kernel[(NC, b * H * ps)](
+    buf.launch(
+        _bwd.decay_bwd_dx_kernel, (NC, b * H * ps),
         x, dy, cs, s_ht if s_ht is not None else cs, B, C, D if D is not None else cs,
         seq_idx if seq_idx is not None else cs, glo, dx, ds if s_ht is not None else cs,
         dDp if D is not None else cs,
@@ -223,39 +264,50 @@ def _launch_dx(x, dy, cs, s_ht, B, C, D, seq_idx, glo, chunk, bm, warp, split=1,
     return dx, ds, dDp
 
 
-def _launch_dla(rpart, jump, T, chunk, bm, debug=False):
+def _launch_dla(rpart, jump, T, chunk, bm, buf):
     """``d log_a`` as ``(b, h, T)`` fp32 from the per-row sums of ``V``."""
     b, NC, H, ps = jump.shape
-    dla = _alloc((b, H, T), torch.float32, jump.device, debug)
-    _scan.decay_bwd_dla_kernel[(NC, b * H)](rpart, jump, dla, T, H, b, NC, CHUNK=chunk, BM=bm, PS=ps, num_warps=1)
+    dla = buf((b, H, T), torch.float32, jump.device)
+    buf.launch(_scan.decay_bwd_dla_kernel, (NC, b * H), rpart, jump, dla, T, H, b, NC, CHUNK=chunk, BM=bm, PS=ps,
+               num_warps=1)
     return dla
 
 
-def _gate_backward(dout, z, ypre, debug=False):
+def _gate_backward(dout, z, ypre, buf):
     """``(dy, dz)`` of ``out = y_pre * silu(z)``."""
     b, T, H, P = dout.shape
-    dy = _alloc((b, T, H, P), ypre.dtype, dout.device, debug)
-    dz = _alloc((b, T, H, P), z.dtype, dout.device, debug)
-    _scan.decay_gate_bwd_kernel[(_cdiv(T * H, GATE_ROWS), b)](
-        dout, z, ypre, dy, dz, T, H, P, *dout.stride(), *z.stride(), ROWS=GATE_ROWS, BP=_pow2(P), num_warps=4,
-    )
+    dy = buf((b, T, H, P), ypre.dtype, dout.device)
+    dz = buf((b, T, H, P), z.dtype, dout.device)
+    buf.launch(_scan.decay_gate_bwd_kernel, (_cdiv(T * H, GATE_ROWS), b),
+               dout, z, ypre, dy, dz, T, H, P, *dout.stride(), *z.stride(), ROWS=GATE_ROWS, BP=_pow2(P), num_warps=4)
     return dy, dz
+
+
+def _launch_backward(dout, dfinal, x, log_a, B, C, scale, D, z, seq_idx, slo, ypre, has_init, chunk, bm, warps, buf):
+    """The backward's launches, in order; ``(dy, dz, glo, dinit, cs, jump, dC, dB, dx, ds, dDp, dla)``."""
+    b, T, H, P = x.shape
+    dy, dz = (dout, log_a.new_empty(0)) if z is None else _gate_backward(dout, z, ypre, buf)
+    glo, dinit, cs, jump = _launch_chain(dy, dfinal, log_a, C, seq_idx, slo, has_init, chunk, bm, warps[1], warps[6],
+                                         buf)
+    s_ht = None
+    if scale is not None:  # (b, h, T): rows of a head
+        s_ht = scale.transpose(1, 2).contiguous() if buf.standins is None else scale
+    rpart = buf((chunk // bm + 2, b, H, T), torch.float32, x.device)
+    common = (x, dy, cs, s_ht, B, C, seq_idx)
+    dC = _launch_group_grad(_bwd.decay_bwd_dc_kernel, C, *common, slo, rpart, chunk, bm, warps[2], buf)
+    dB = _launch_group_grad(_bwd.decay_bwd_db_kernel, B, *common, glo, rpart, chunk, bm, warps[3], buf)
+    dx, ds, dDp = _launch_dx(x, dy, cs, s_ht, B, C, D, seq_idx, glo, chunk, bm, warps[4], warps[7], buf)
+    dla = _launch_dla(rpart, jump, T, chunk, bm, buf)
+    return dz, dinit, dC, dB, dx, ds, dDp, dla
 
 
 def backward(dout, dfinal, x, log_a, B, C, scale, D, z, seq_idx, slo, ypre, has_init, chunk, bm, warps,
               debug=False):
     """``(dx, dlog_a, dB, dC, dscale, dD, dz, dinit)``; absent inputs get (fresh) empty tensors."""
-    b, T, H, P = x.shape
-    NBLK = chunk // bm
-    dy, dz = (dout, log_a.new_empty(0)) if z is None else _gate_backward(dout, z, ypre, debug)
-    glo, dinit, cs, jump = _launch_chain(dy, dfinal, log_a, C, seq_idx, slo, has_init, chunk, bm, warps[1],
-                                         warps[6], debug)
-    s_ht = scale.transpose(1, 2).contiguous() if scale is not None else None  # (b, h, T): rows of a head
-    rpart = _alloc((NBLK + 2, b, H, T), torch.float32, x.device, debug)
-    dC = _launch_group_grad(_bwd.decay_bwd_dc_kernel, C, x, dy, cs, s_ht, B, C, seq_idx, slo, rpart, chunk, bm, warps[2], debug)
-    dB = _launch_group_grad(_bwd.decay_bwd_db_kernel, B, x, dy, cs, s_ht, B, C, seq_idx, glo, rpart, chunk, bm, warps[3], debug)
-    dx, ds, dDp = _launch_dx(x, dy, cs, s_ht, B, C, D, seq_idx, glo, chunk, bm, warps[4], warps[7], debug)
-    dla = _launch_dla(rpart, jump, T, chunk, bm, debug).transpose(1, 2)
+    _await_compiles(x.device)
+    dz, dinit, dC, dB, dx, ds, dDp, dla = _launch_backward(dout, dfinal, x, log_a, B, C, scale, D, z, seq_idx, slo,
+                                                           ypre, has_init, chunk, bm, warps, _Buffers(debug))
+    dla = dla.transpose(1, 2)
     if scale is not None:
         ds = (ds[0] if ds.shape[0] == 1 else ds.sum(0)).transpose(1, 2)
     dD = log_a.new_empty(0)
@@ -263,3 +315,55 @@ def backward(dout, dfinal, x, log_a, B, C, scale, D, z, seq_idx, slo, ypre, has_
         dD = dDp.sum((0, 1))
         dD = (dD if D.dim() == 2 else dD.sum(-1)).to(D.dtype)
     return dx, dla, dB, dC, ds, dD, dz, dinit
+
+
+# ---- the backward's kernels compiled beside the first forward ----------------------------------------------------
+
+_COMPILED: set = set()  # backward specialisations already compiled (or being compiled) in this process
+_PENDING: dict = {}  # device -> the threads compiling them
+
+
+def _compile_key(x, B, scale, D, z, init, seq_idx, chunk, bm, warps):
+    """What the backward's kernels are specialised on, as far as the forward can tell (a backward that differs,
+    say by a differentiated final state, compiles its own kernels on its first call)."""
+    return (x.device, x.dtype, B.shape[2:], x.shape[3], chunk, bm, tuple(warps), scale is not None,
+            None if D is None else D.dim(), z is not None, seq_idx is not None, init is not None)
+
+
+def compile_backward_ahead(x, log_a, B, C, scale, D, z, init, seq_idx, chunk, bm, warps, ypre):
+    """Start compiling the backward's kernels on threads, once per specialisation, while the caller's forward
+    compiles and runs; :func:`backward` waits for them. Without CUDA, or under the interpreter, nothing to do."""
+    if not x.is_cuda or os.environ.get("TRITON_INTERPRET") == "1":
+        return
+    key = _compile_key(x, B, scale, D, z, init, seq_idx, chunk, bm, warps)
+    if key in _COMPILED:
+        return
+    _COMPILED.add(key)
+    triton.runtime.driver.active.get_current_device()  # the driver initialised here, not raced by the thread
+    standins = {x.dtype: x, B.dtype: B, torch.float32: log_a, torch.int32: torch.zeros(1, dtype=torch.int32,
+                                                                                       device=x.device)}
+    if z is not None:
+        standins.setdefault(z.dtype, z)
+    # dout, slo and ypre stand in by x: the same dtype, and dout is most often laid out like x
+    args = (x, None, x, log_a, B, C, scale, D, z, seq_idx, x, ypre if z is not None else x, init is not None, chunk,
+            bm, warps, _Buffers(standins=standins))
+    thread = threading.Thread(target=_compile_all, args=(x.device, args), daemon=True)
+    _PENDING.setdefault(x.device, []).append(thread)
+    thread.start()
+
+
+def _compile_all(device, args):
+    try:
+        with torch.cuda.device(device):
+            if AsyncCompileMode is None:
+                _launch_backward(*args)
+            else:
+                with ThreadPoolExecutor(COMPILE_THREADS) as pool, AsyncCompileMode(pool):
+                    _launch_backward(*args)
+    except Exception:  # noqa: BLE001 - the backward's own launch compiles again and raises the error there
+        pass
+
+
+def _await_compiles(device):
+    for thread in _PENDING.pop(device, ()):
+        thread.join()

@@ -7,6 +7,7 @@ import torch
 from structmat.core import small
 from structmat.core.base import StructuredMatrix
 from structmat.core.validation import as_tensor, broadcast_batch, check_finite
+from structmat.linalg import banded
 from structmat.matrices.sss import SSS
 
 __all__ = ["Bidiagonal"]
@@ -103,7 +104,15 @@ class Bidiagonal(StructuredMatrix):
                    self.diag.expand(*batch, T), lower=self.lower)
 
     def solve(self, Y) -> torch.Tensor:
-        """Solve ``M X = Y`` through the exact inverse (a 1-SS scan), ``O(T K)``."""
+        """Solve ``M X = Y``, ``O(T K)``: by LAPACK's banded solve on the CPU (real data, no gradient), else through
+        the exact inverse (a 1-SS scan). :class:`~structmat.SingularMatrixError` for a zero diagonal entry and a
+        solution that overflows."""
         self._check_square("solve()")
         X = self._small_solve(Y, "lower" if self.lower else "upper", "Bidiagonal is singular: a diagonal entry is zero")
-        return self._inverse()._product(Y, "Y") if X is None else X
+        if X is not None:
+            return X
+        M, Y, vector = self._operand(Y, "Y")
+        if not banded.bidiagonal_applies(M.diag, M.sub, Y):
+            return self._inverse()._product(Y[..., 0] if vector else Y, "Y")
+        X = banded.bidiagonal_solve(small.keep(M, "band", lambda: banded.bidiagonal_band(M.diag, M.sub)), Y, not M.lower)
+        return X[..., 0] if vector else X

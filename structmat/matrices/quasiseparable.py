@@ -12,6 +12,7 @@ import torch
 from structmat.core import small
 from structmat.core.base import StructuredMatrix
 from structmat.core.validation import as_tensor, broadcast_batch, check_finite, check_same_device
+from structmat.linalg import quasiseparable_banded
 from structmat.linalg.quasiseparable_lu import quasiseparable_lu
 from structmat.linalg.quasiseparable_solve import quasiseparable_solve
 from structmat.linalg.semiseparable import Generators
@@ -246,7 +247,9 @@ class Quasiseparable(StructuredMatrix):
     def solve(self, Y) -> torch.Tensor:
         """Solve ``M X = Y`` for ``Y`` of shape ``(*, T, K)`` or ``(T,)`` (batch dims broadcast).
 
-        Chunked elimination on the generators (:mod:`structmat.linalg.quasiseparable_solve`), with
+        On the CPU (real data, no gradient wanted): one banded LU with partial pivoting of the system in ``x``
+        and both states (:mod:`structmat.linalg.quasiseparable_banded`), ``O(T (n_l + n_u)^3 K)``. Else a
+        chunked elimination on the generators (:mod:`structmat.linalg.quasiseparable_solve`), with
         the accuracy of a dense pivoted LU inside each chunk of ``L`` (16 to 64); it does not go
         through :meth:`inv`. Up to a few thousand steps: one batched LU of all diagonal blocks, then a
         dense system in the states at the chunk boundaries (``O(T L^2 + T n^2 K + (T n / L)^3)``, no
@@ -268,7 +271,11 @@ class Quasiseparable(StructuredMatrix):
         if X is not None:
             return X
         M, Y, vector = self._operand(Y, "Y")
-        X = quasiseparable_solve(M.lower_part.generators, M.upper_part.generators, M.diag, Y)
+        lower, upper = M.lower_part.generators, M.upper_part.generators
+        if quasiseparable_banded.applies(lower, upper, M.diag, Y):
+            X = quasiseparable_banded.quasiseparable_banded_solve(lower, upper, M.diag, Y)
+        else:
+            X = quasiseparable_solve(lower, upper, M.diag, Y)
         return X[..., 0] if vector else X
 
     def lu(self) -> tuple[SSS, SSS]:

@@ -11,7 +11,7 @@ from structmat.core.base import StructuredMatrix
 from structmat.core.transitions import Transitions
 from structmat.core.validation import as_tensor, broadcast_batch, check_dtype, check_finite, check_same_device, trusted_parameters
 from structmat.linalg import banded
-from structmat.linalg.block_solve import block_solve
+from structmat.linalg.block_solve import WIDE_CHUNK, WIDE_COLUMNS, ChunkMaps, block_solve, chunk_maps
 from structmat.linalg.dense_form import sss_dense
 from structmat.linalg.realization import minimal_realization
 from structmat.linalg.semiseparable import Generators
@@ -166,18 +166,21 @@ class SSS(StructuredMatrix):
 
     # --- products -----------------------------------------------------------------------------------
     def _matmat(self, X: torch.Tensor) -> torch.Tensor:
-        if banded.applies(self.generators, X):  # compiled code, both triangles (an upper matrix is a transpose)
-            return banded.sss_matmat(self.generators, X, not self.lower, self._band(solve=False))
+        G = self.generators
+        if banded.applies(G, X, transpose=not self.lower, batch=self.batch_shape):  # compiled code, both triangles
+            return banded.sss_matmat(G, X, not self.lower, self._band(False, G))
         G, reversed_ = self.time_lower()
         if not reversed_:
             return G.matmat(X)[0]
         return torch.flip(G.matmat(torch.flip(X, (-2,)))[0], (-2,))
 
-    def _band(self, solve: bool):
-        """:func:`structmat.linalg.banded.band` of the generators, kept with the matrix where it is small."""
-        if banded.band_entries(self.generators) > banded.KEEP_MAX_ENTRIES:
-            return banded.band(self.generators, solve)
-        return small.keep(self, ("band", solve), lambda: banded.band(self.generators, solve))
+    def _band(self, solve: bool, G: Generators) -> banded.Band | None:
+        """:func:`structmat.linalg.banded.band` of the generators ``G``, kept with the matrix
+        (:func:`structmat.linalg.banded.keeps`); else None (the banded functions build what they need, in time
+        blocks for a lower matrix)."""
+        if not banded.keeps(G, self.batch_shape):
+            return None
+        return small.keep(self, ("band", solve), lambda: banded.band(G, solve))
 
     def to_dense(self) -> torch.Tensor:
         """From the definition, ``O(T^2 N)`` for scalar and diagonal transitions, ``O(T^2 N^2)`` for dense ones
@@ -186,19 +189,37 @@ class SSS(StructuredMatrix):
         return dense if self.lower else dense.transpose(-1, -2)
 
     def solve(self, Y) -> torch.Tensor:
-        """Solve ``M X = Y`` (``Y`` of shape ``(*, T, K)`` or ``(T,)``) by block forward substitution,
-        ``O(T (L + N) K)`` for diagonal transitions (:mod:`structmat.linalg.block_solve`)."""
+        """Solve ``M X = Y`` (``Y`` of shape ``(*, T, K)`` or ``(T,)``): on the CPU (real, no gradient, ``N <= 8``) a
+        banded LAPACK solve (:mod:`structmat.linalg.banded`), or from ``WIDE_COLUMNS`` columns block forward
+        substitution with kept chunk maps; else block forward substitution, ``O(T (L + N) K)`` for diagonal
+        transitions (:mod:`structmat.linalg.block_solve`)."""
         self._check_square("solve()")
         X = self._small_solve(Y, "lower" if self.lower else "upper", "SSS is singular: a diagonal entry is zero")
         if X is not None:
             return X
         M, Y, vector = self._operand(Y, "Y")
-        if banded.applies(M.generators, Y, solve=True):
-            X = banded.sss_solve(M.generators, Y, not M.lower, M._band(solve=True))
-            return X[..., 0] if vector else X
+        G, maps = M.generators, None
+        if banded.applies(G, Y, solve=True, batch=M.batch_shape):
+            maps = M._wide_maps(Y)
+            if maps is None:
+                X = banded.sss_solve(G, Y, not M.lower, M._band(True, G))
+                return X[..., 0] if vector else X
         G, reversed_ = M.time_lower()
-        X = torch.flip(block_solve(G, torch.flip(Y, (-2,))), (-2,)) if reversed_ else block_solve(G, Y)
+        if reversed_:
+            X = torch.flip(block_solve(G, torch.flip(Y, (-2,)), maps=maps), (-2,))
+        else:
+            X = block_solve(G, Y, maps=maps)
         return X[..., 0] if vector else X
+
+    def _wide_maps(self, Y: torch.Tensor) -> ChunkMaps | None:
+        """The chunk maps of the time-lower generators, kept for solves of a plain ``Y (T, K)`` of at least
+        :data:`~structmat.linalg.block_solve.WIDE_COLUMNS` columns (the banded solve runs one column at a time),
+        where they are small (``T (WIDE_CHUNK + 2 N)`` entries within the band's bound); else None."""
+        T = self.shape[-1]
+        if Y.dim() != 2 or self.batch_shape or Y.shape[-1] < WIDE_COLUMNS \
+                or T * (WIDE_CHUNK + 2 * self.order) > banded.KEEP_MAX_ENTRIES:
+            return None
+        return small.keep(self, "chunk maps", lambda: chunk_maps(self.time_lower()[0], WIDE_CHUNK))
 
     def compress(self, tol: float | None = None) -> SSS:
         """Equivalent SSS of minimal order (:func:`structmat.linalg.realization.minimal_realization`).

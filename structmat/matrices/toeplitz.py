@@ -25,7 +25,7 @@ from structmat.core.validation import (
     finite_checks_enabled,
     trusted_parameters,
 )
-from structmat.linalg.spectral import circulant_spectrum, compute_dtype, toeplitz_matmat
+from structmat.linalg.spectral import circulant_spectrum, compute_dtype, fft_length, toeplitz_matmat
 from structmat.linalg.toeplitz_solvers import (
     DIRECT_INVERSE_MAX,
     InverseGenerators,
@@ -211,7 +211,11 @@ class Toeplitz(StructuredMatrix):
             return X[..., 0] if vector else X
         if self.is_causal and (X := self._small_solve(Y, "lower", "causal Toeplitz with c[0] == 0 is singular")) is not None:
             return X
-        if not (self.is_causal and self.shape[-1] <= DIRECT_INVERSE_MAX):
+        if self.is_causal and self.shape[-1] > DIRECT_INVERSE_MAX:  # the inverse's spectrum kept too: one FFT less
+            M, Y, vector = self._solve_operand(Y)
+            X = M._causal_inverse_product(Y)
+            return X[..., 0] if vector else X
+        if not self.is_causal:
             return self._inverse()._product(Y, "Y")
         M, Y, vector = self._solve_operand(Y)
         work = compute_dtype(M.dtype)
@@ -224,6 +228,18 @@ class Toeplitz(StructuredMatrix):
             if bool(torch.isfinite(Y).all()):  # else NaN in, NaN out, as torch.linalg.solve
                 check_overflow(X, "causal Toeplitz solve")
         return X[..., 0] if vector else X
+
+    def _causal_inverse_product(self, Y: torch.Tensor) -> torch.Tensor:
+        """``L^{-1} Y`` for this causal matrix ``L`` and ``Y (*, T, K)`` (checked, in the common dtype): the product
+        with the inverse series by FFT, its spectrum kept with the matrix. A real matrix without batch dims and a
+        real ``Y (T, K)``: three FFT calls and nothing else (the general product's broadcasting and casts cost
+        as much as its transforms at T = 1024)."""
+        if self.batch_shape or Y.dim() != 2 or Y.is_complex() or self.dtype not in (torch.float32, torch.float64):
+            return small.keep(self, "inverse product", lambda: self._inverse().matmat_fn())(Y)
+        T = self.shape[-1]
+        n = fft_length(2 * T - 1)
+        spectrum = small.keep(self, "inverse spectrum", lambda: torch.fft.rfft(self._inverse().c, n))
+        return torch.fft.irfft(torch.fft.rfft(Y.mT, n) * spectrum, n)[..., :T].mT
 
     def _lower_dense(self, work: torch.dtype) -> torch.Tensor:
         """``L(c)`` dense in ``work``, kept for the next solve unless ``c`` needs gradients (a kept matrix would

@@ -111,3 +111,57 @@ def test_large_matrices_keep_no_dense_form():
     Bb = B._map(lambda t: t.expand(17, *t.shape))
     Bb @ randn(T // 4, 1)
     assert ("dense", F64) not in getattr(Bb, "_small", small._Kept([])).values
+
+
+@pytest.mark.parametrize("name", ["OneSS", "SSS", "SSS upper", "Bidiagonal", "Toeplitz.causal"])
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+def test_one_column_solves_by_blas_match_scipy(name, dtype):
+    """The BLAS path of one real column (first solve, then the kept one) against scipy in float64: vector and
+    column shapes, a promoted right-hand side, a batched one, an in-place change of a parameter."""
+    import scipy.linalg
+
+    M, dense = _matrices(20)[name]
+    M = M.to(dtype)
+    dense = M.to_dense().double().numpy()
+    lower = not name.endswith("upper")
+    tol = 1e-5 if dtype == torch.float32 else 1e-12
+    for seed in (1, 2):  # the second solve takes the kept BLAS form
+        y = randn(20, seed=seed, dtype=dtype)
+        want = scipy.linalg.solve_triangular(dense, y.double().numpy(), lower=lower)
+        for Y, shape in ((y, (20,)), (y[:, None], (20, 1))):
+            X = M.solve(Y)
+            assert X.dtype == dtype and X.shape == shape
+            close(X.reshape(20), want, rtol=tol)
+    assert ("trsv", "lower" if lower else "upper", dtype) in M._small.values
+    Yb = randn(3, 20, 1, seed=3, dtype=dtype)  # batched: the torch path
+    close(M.solve(Yb), np.stack([scipy.linalg.solve_triangular(dense, Yb[i].double().numpy(), lower=lower)
+                                 for i in range(3)]), rtol=tol)
+    if dtype == torch.float32:  # float64 data promotes the float32 matrix
+        y = randn(20, seed=4)
+        X = M.solve(y)
+        assert X.dtype == F64
+        close(X, scipy.linalg.solve_triangular(dense, y.numpy(), lower=lower), rtol=1e-12)
+    y = torch.ones(20, dtype=dtype)
+    Y0 = y.clone()
+    M.solve(y)
+    assert torch.equal(y, Y0)  # not mutated
+
+
+def test_kept_blas_solve_sees_changes_overflow_nan_and_empty():
+    d = torch.full((200,), 1e-3, dtype=F64)
+    big = sm.Bidiagonal(d, torch.ones(199, dtype=F64))  # entries up to 1e600
+    for _ in range(2):  # first and kept solve
+        with pytest.raises(sm.SingularMatrixError, match="overflows"):
+            big.solve(torch.ones(200, dtype=F64))
+    y = torch.ones(200, dtype=F64)
+    y[3] = float("nan")
+    assert torch.isnan(big.solve(y)).any()  # NaN in, NaN out
+    d.fill_(2.0)  # in place: the kept form is dropped, the solve sees the new diagonal
+    x = big.solve(torch.ones(200, dtype=F64))
+    close(big @ x, torch.ones(200, dtype=F64))
+    E = sm.SSS(torch.zeros(0, 2, dtype=F64), torch.zeros(0, 2, dtype=F64), torch.zeros(0, 2, dtype=F64))
+    assert E.solve(torch.zeros(0, dtype=F64)).shape == (0,) and E.solve(torch.zeros(0, 1, dtype=F64)).shape == (0, 1)
+    huge = sm.Bidiagonal(torch.full((200,), 1e-3, dtype=F64), torch.ones(199, dtype=F64))
+    with sm.skip_finite_checks():  # the check is the user's to skip, on both paths
+        for _ in range(2):
+            assert not torch.isfinite(huge.solve(torch.ones(200, dtype=F64))).all()

@@ -275,3 +275,29 @@ def test_gpu_torch_compile_fullgraph():
     f(*leaves).backward()
     for a, b in zip(got, (v.grad for v in leaves)):
         assert rel(a, b) < 1e-2 and math.isfinite(a.float().norm().item())
+
+
+@gpu
+def test_gpu_backward_kernels_compile_beside_the_first_forward():
+    """The first forward that saves for a backward starts the backward's compile on threads (once per
+    specialisation); the backward waits for it and its gradients are the reference's."""
+    t = make(1, 77, 2, 16, 1, 32, seed=14)
+    cfg = DecayTritonConfig(block_m=16, warps=(2, 2, 2, 2, 2), splits=(1, 1, 1))  # a key no other test uses
+    leaves = {k: t[k].clone().requires_grad_() for k in ("x", "log_a", "B", "C", "scale", "D", "z")}
+    x = leaves["x"]
+    out, fin = decay_chunked_triton(x, leaves["log_a"], leaves["B"], leaves["C"], scale=leaves["scale"], D=leaves["D"],
+                                    z=leaves["z"], chunk_size=32, config=cfg)
+    assert launch._PENDING.get(x.device), "no compile started beside the first forward"
+    out.backward(torch.ones_like(out))
+    assert not launch._PENDING.get(x.device)
+    refs = {k: v.detach().cpu().to(F64).requires_grad_() for k, v in leaves.items()}
+    want, _ = decay_naive(refs["x"], refs["log_a"], refs["B"], refs["C"], scale=refs["scale"], D=refs["D"],
+                          z=refs["z"])
+    want.backward(torch.ones_like(want))
+    assert rel(out, want) < 1e-5
+    for k in leaves:
+        assert rel(leaves[k].grad, refs[k].grad) < 2e-5, k
+    # a second forward on the same specialisation starts nothing
+    decay_chunked_triton(x, leaves["log_a"], leaves["B"], leaves["C"], scale=leaves["scale"], D=leaves["D"],
+                         z=leaves["z"], chunk_size=32, config=cfg)
+    assert not launch._PENDING.get(x.device)

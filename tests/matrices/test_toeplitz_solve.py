@@ -211,3 +211,27 @@ def test_causal_short_solve_reuses_no_stale_matrix():
     yy = y.clone().requires_grad_()
     M.solve(yy).sum().backward()  # no inference tensor kept from the solve above
     close(yy.grad, np.linalg.solve(np.tril(sl.toeplitz(c.detach().numpy())).T, np.ones(8)))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+def test_causal_long_solve_keeps_the_inverse_spectrum(dtype):
+    """T = 300 without batch dims: three FFT calls with the inverse's spectrum kept, against scipy in float64;
+    an in-place change of c drops the kept spectrum; float32 data with a float64 matrix promote."""
+    T = 300
+    c = randn(T, seed=5) / T
+    c[0] = 2.0
+    L = sm.Toeplitz.causal(c.to(dtype).clone())
+    dense = np.tril(sl.toeplitz(c.to(dtype).double().numpy(), np.zeros(T)))
+    tol = 1e-5 if dtype == torch.float32 else 1e-10
+    for seed in (1, 2):
+        Y = randn(T, 2, seed=seed, dtype=dtype)
+        X = L.solve(Y)
+        assert X.dtype == dtype and X.shape == (T, 2)
+        close(X.double(), sl.solve_triangular(dense, Y.double().numpy(), lower=True), rtol=tol)
+    assert "inverse spectrum" in L._small.values
+    L.c.mul_(2.0)  # in place: the kept spectrum is dropped
+    close(L.solve(Y).double(), sl.solve_triangular(2 * dense, Y.double().numpy(), lower=True), rtol=tol)
+    X = sm.Toeplitz.causal(c).solve(randn(T, seed=3, dtype=torch.float32))
+    assert X.dtype == F64
+    close(X, sl.solve_triangular(dense if dtype == F64 else np.tril(sl.toeplitz(c.numpy(), np.zeros(T))),
+                                 randn(T, seed=3, dtype=torch.float32).double().numpy(), lower=True), rtol=1e-10)
