@@ -74,9 +74,11 @@ def dense_hadamard(a: Dense, m: StructuredMatrix) -> Dense:
 
 def lowrank_add(a: LowRank, b: LowRank) -> LowRank:
     """Ranks add: ``[U1 U2] [V1 V2]^T``."""
-    batch = batch_of(a, b)
-    cat = lambda x, y: torch.cat([fit(x, *batch, *x.shape[-2:]), fit(y, *batch, *y.shape[-2:])], -1)  # noqa: E731
-    return LowRank._of(cat(a.U, b.U), cat(a.V, b.V))
+    U1, U2, V1, V2 = a.U, b.U, a.V, b.V
+    if not U1.shape[:-2] == U2.shape[:-2] == V1.shape[:-2] == V2.shape[:-2]:  # (each expand costs microseconds)
+        batch = batch_of(a, b)
+        U1, U2, V1, V2 = (t.expand(*batch, *t.shape[-2:]) for t in (U1, U2, V1, V2))
+    return LowRank._of(torch.cat([U1, U2], -1), torch.cat([V1, V2], -1))
 
 
 def lowrank_matmul(a: LowRank, m: StructuredMatrix) -> LowRank:

@@ -20,7 +20,17 @@ from __future__ import annotations
 
 import torch
 
-from structmat.algebra.semiseparable import batch_of, build, fit, generators_in, matmul_lower, scale_maps, sss_add, sss_hadamard
+from structmat.algebra.semiseparable import (
+    batch_of,
+    build,
+    fit,
+    generators_in,
+    join_states,
+    matmul_lower,
+    scale_maps,
+    sss_add,
+    sss_hadamard,
+)
 from structmat.core.transitions import Transitions
 from structmat.linalg.quasiseparable_inverse import quasiseparable_inverse
 from structmat.linalg.scan import linear_scan
@@ -49,10 +59,22 @@ def as_quasiseparable(m: SSS) -> Quasiseparable:
     return Quasiseparable._of(*parts, m.diagonal(), m.batch_shape)
 
 
+def _strict_sum(p1: SSS, p2: SSS, batch) -> SSS:
+    """The sum of two strict parts (explicit zero diagonals, :func:`strict_part`): :func:`sss_add` without adding
+    the zeros (a part's zeros are reused where they have the batch)."""
+    G1, G2 = p1.generators, p2.generators
+    T = G1.B.shape[-2]
+    zeros = G1.D if G1.D.shape[:-1] == tuple(batch) else G1.D.expand(*batch, T)
+    A = G1.A.block_diagonal(G2.A, G1.order, G2.order, batch)
+    return SSS._assemble(Generators(A, join_states(G1.B, G2.B, batch, T), join_states(G1.C, G2.C, batch, T), zeros),
+                         p1.lower, batch)
+
+
 def qs_add(a: Quasiseparable, b: Quasiseparable) -> Quasiseparable:
     """Parts and diagonals add: orders ``(n_l1 + n_l2, n_u1 + n_u2)``."""
-    return Quasiseparable._of(sss_add(a.lower_part, b.lower_part), sss_add(a.upper_part, b.upper_part), a.diag + b.diag,
-                              batch_of(a, b))
+    batch = batch_of(a, b)
+    return Quasiseparable._of(_strict_sum(a.lower_part, b.lower_part, batch), _strict_sum(a.upper_part, b.upper_part, batch),
+                              a.diag + b.diag, batch)
 
 
 def qs_add_sss(a: Quasiseparable, m: SSS) -> Quasiseparable:
@@ -145,15 +167,28 @@ def qs_hadamard_sss(a: Quasiseparable, m: SSS) -> SSS:
 PAIRS_DENSE_MAX_T = 256
 
 
+def _kron_products(Aa: Transitions, Ab: Transitions, K: Transitions, products: dict) -> torch.Tensor | None:
+    """``segment_products(K)`` of ``K = Aa (x) Ab``, kept in ``products`` for scalar transitions: there ``Ab (x) Aa``
+    has the same products (sums of logs, or products of scalars, in any order), and the two halves of
+    :func:`qs_matmul` meet every pair of transitions once in each order."""
+    if not (Aa.kind == Ab.kind and Aa.kind in ("log", "scalar")):
+        return segment_products(K)
+    key = frozenset(((id(Aa.values), id(Aa.decays)), (id(Ab.values), id(Ab.decays))))  # operands alive: ids unique
+    if key not in products:
+        products[key] = segment_products(K)
+    return products[key]
+
+
 def _pair_states(Aa: Transitions, Ba: torch.Tensor, Ab: Transitions, Bb: torch.Tensor, batch,
-                 backward: bool) -> torch.Tensor:
+                 backward: bool, products: dict) -> torch.Tensor:
     """Forwards, ``W_i = sum_{k<i} Phi_a(i,k) Ba_k Bb_k^T Phi_b(i,k)^T``; backwards (``backward``, with the output
     maps in the place of ``Ba, Bb``), ``V_j = sum_{k>j} Phi_a(k,j)^T Ba_k Bb_k^T Phi_b(k,j)``. Shape
-    ``(*, T, na, nb)``: the states of a recurrence with the Kronecker transitions ``Aa (x) Ab``."""
+    ``(*, T, na, nb)``: the states of a recurrence with the Kronecker transitions ``Aa (x) Ab`` (segment products
+    shared through ``products``, :func:`_kron_products`)."""
     na, nb, T = Ba.shape[-1], Bb.shape[-1], Ba.shape[-2]
     K = Aa.kron(Ab, na, nb, batch)
     U = (Ba[..., :, None] * Bb[..., None, :]).flatten(-2)  # (*, T, na nb)
-    P = segment_products(K) if T <= PAIRS_DENSE_MAX_T else None
+    P = _kron_products(Aa, Ab, K, products) if T <= PAIRS_DENSE_MAX_T else None
     if P is not None:  # P[..., i, k] (per state for diagonal transitions): the steps k+1 .. i
         P = P.tril(-1).to(U.dtype)
         if backward:
@@ -162,23 +197,23 @@ def _pair_states(Aa: Transitions, Ba: torch.Tensor, Ab: Transitions, Bb: torch.T
         return W.reshape(*W.shape[:-1], na, nb)
     if backward:  # a forward recurrence in reversed time
         return torch.flip(_pair_states(Aa.reversed(), torch.flip(Ba, (-2,)), Ab.reversed(), torch.flip(Bb, (-2,)), batch,
-                                       False), (-3,))
+                                       False, products), (-3,))
     G = linear_scan(K, U[..., None])  # G_i = W_i + U_i
     prev = torch.cat([torch.zeros_like(G[..., :1, :, :]), G[..., :-1, :, :]], dim=-3)
     W = K.apply(prev)[..., 0]
     return W.reshape(*W.shape[:-1], na, nb)
 
 
-def _product_lower(M1: Quasiseparable, M2: Quasiseparable, batch) -> SSS:
+def _product_lower(M1: Quasiseparable, M2: Quasiseparable, batch, products: dict) -> SSS:
     """Lower SSS (explicit diagonal) of ``M1 @ M2``: ``(L1 + D1)(L2 + D2)`` with the cross terms ``L1 U2`` and ``U1 L2``
     (module docstring) joining its input and output maps and its diagonal."""
     L1, L2 = generators_in(M1.lower_part, batch), generators_in(M2.lower_part, batch)
     U1, U2 = generators_in(M1.upper_part, batch), generators_in(M2.upper_part, batch)
     T, n1 = M1.shape[-1], L1.order
     base = matmul_lower(L1.with_diagonal(fit(M1.diag, *batch, T)), L2.with_diagonal(fit(M2.diag, *batch, T)), batch)
-    W = _pair_states(L1.A, L1.B, U2.A, U2.B, batch, backward=False)  # L1 U2
+    W = _pair_states(L1.A, L1.B, U2.A, U2.B, batch, False, products)  # L1 U2
     w = (W @ U2.C[..., None])[..., 0]
-    V = _pair_states(U1.A, U1.C, L2.A, L2.C, batch, backward=True)  # U1 L2
+    V = _pair_states(U1.A, U1.C, L2.A, L2.C, batch, True, products)  # U1 L2
     cv = (V.mT @ U1.B[..., None])[..., 0]
     B = torch.cat([base.B[..., :n1] + w, base.B[..., n1:]], -1)
     C = torch.cat([base.C[..., :n1], base.C[..., n1:] + cv], -1)
@@ -189,8 +224,9 @@ def _product_lower(M1: Quasiseparable, M2: Quasiseparable, batch) -> SSS:
 def qs_matmul(M1: Quasiseparable, M2: Quasiseparable) -> Quasiseparable:
     """``M1 @ M2`` for quasiseparable matrices: orders ``(n_l1 + n_l2, n_u1 + n_u2)``."""
     batch = batch_of(M1, M2)
-    lower = _product_lower(M1, M2, batch)
-    upper_t = _product_lower(M2.T, M1.T, batch)  # (M1 M2)^T = M2^T M1^T
+    products = {}  # segment products of the pairs of transitions, met by both halves
+    lower = _product_lower(M1, M2, batch, products)
+    upper_t = _product_lower(M2.T, M1.T, batch, products)  # (M1 M2)^T = M2^T M1^T
     return Quasiseparable._of(strict_part(lower), strict_part(upper_t.T), lower.D, batch)
 
 

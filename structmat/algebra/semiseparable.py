@@ -17,7 +17,7 @@ from structmat.matrices.diagonal import Diagonal
 from structmat.matrices.one_ss import OneSS
 from structmat.matrices.sss import SSS, SSSInverse
 
-__all__ = ["same_orientation", "different_orientation", "build", "batch_of", "fit", "generators_in", "matmul_lower",
+__all__ = ["same_orientation", "different_orientation", "build", "batch_of", "fit", "generators_in", "join_states", "matmul_lower",
            "scale_maps", "sss_add", "sss_matmul", "sss_hadamard", "sss_inverse",
            "sss_add_diagonal", "diagonal_matmul_sss", "sss_matmul_diagonal", "lower_times_upper_diagonal"]
 
@@ -53,30 +53,60 @@ def generators_in(M: SSS, batch) -> Generators:
     return M.generators.expand(batch)
 
 
+def join_states(x: torch.Tensor, y: torch.Tensor, batch, T: int) -> torch.Tensor:
+    """``[x y]`` along the states, both expanded to ``batch`` (skipped where they are there: each check and expand
+    costs microseconds on small matrices)."""
+    if not x.shape[:-1] == y.shape[:-1] == (*batch, T):
+        x, y = x.expand(*batch, T, x.shape[-1]), y.expand(*batch, T, y.shape[-1])
+    return torch.cat([x, y], -1)
+
+
 def sss_add(M1: SSS, M2: SSS) -> SSS:
     """``SSS(N1) + SSS(N2) = SSS(N1 + N2)`` with block-diagonal ``A`` (diagonal if both are)."""
     batch = batch_of(M1, M2)
     G1, G2 = M1.generators, M2.generators
-    T, n1, n2 = G1.length, G1.order, G2.order
+    B1, B2 = G1.B, G2.B
+    T = B1.shape[-2]
     D = None
     if G1.D is not None or G2.D is not None:
         D = fit(G1.diagonal() + G2.diagonal(), *batch, T)
-    A = G1.A.block_diagonal(G2.A, n1, n2, batch)
-    cat = lambda x, y: torch.cat([fit(x, *batch, T, n1), fit(y, *batch, T, n2)], -1)  # noqa: E731
-    return build(Generators(A, cat(G1.B, G2.B), cat(G1.C, G2.C), D), M1.lower, batch)
+    A = G1.A.block_diagonal(G2.A, B1.shape[-1], B2.shape[-1], batch)
+    return build(Generators(A, join_states(B1, B2, batch, T), join_states(G1.C, G2.C, batch, T), D), M1.lower, batch)
 
 
 def _block_triangular(G1: Generators, G2: Generators, coupling: torch.Tensor, batch) -> Transitions:
-    """Dense ``[[A1, coupling], [0, A2]]`` of shape ``(*batch, T, n1 + n2, n1 + n2)``."""
+    """Dense ``[[A1, coupling], [0, A2]]`` of shape ``(*batch, T, n1 + n2, n1 + n2)`` in three or four whole-tensor
+    operations (on small matrices each costs microseconds): a diagonal of both plus the coupling padded into its
+    corner, or the blocks joined."""
     n1, n2, T = G1.order, G2.order, G1.length
     dtype = coupling.dtype
-    if n1 == n2 == 1 and G1.A.kind != "dense" and G2.A.kind != "dense":  # four entries: one stack
-        a1, a2 = (fit(G.A.diagonals(1, dtype)[..., 0], *batch, T) for G in (G1, G2))
-        return Transitions(torch.stack([a1, coupling[..., 0, 0], torch.zeros_like(a1), a2], -1).unflatten(-1, (2, 2)),
-                           "dense")
+    d1, d2 = G1.A.diagonals(n1, dtype), G2.A.diagonals(n2, dtype)
+    if d1 is not None and d2 is not None:
+        diagonal = torch.diag_embed(torch.cat([fit(d1, *batch, T, n1), fit(d2, *batch, T, n2)], -1))
+        return Transitions(diagonal + torch.nn.functional.pad(coupling, (n1, 0, 0, n2)), "dense")
     A1, A2 = (fit(G.A.matrices(G.order, dtype), *batch, T, G.order, G.order) for G in (G1, G2))
-    top = torch.cat([A1, coupling], -1)
-    return Transitions(torch.cat([top, torch.cat([A2.new_zeros(*batch, T, n2, n1), A2], -1)], -2), "dense")
+    return Transitions(torch.cat([torch.cat([A1, coupling], -1), torch.nn.functional.pad(A2, (n1, 0))], -2), "dense")
+
+
+def _one_ss_product(M1: OneSS, M2: OneSS) -> SSS | None:
+    """``M1 @ M2`` for two lower ``OneSS`` of one shape: the generators of :func:`matmul_lower` (``A = [[a1, b1 c2 a2],
+    [0, a2]]``, ``B = [b1 c2 b2, b2]``, ``C = [c1, 0]``) stacked from the ``(*, T)`` scalings in about ten operations
+    (unit scalings skip their products); None for other operands."""
+    if not (type(M1) is type(M2) is OneSS and M1.lower and M2.lower):
+        return None
+    shape = M1.shape[:-1]
+    if not all(t is None or t.shape == shape for t in (M1.log_a, M2.log_a, M1.b, M1.c, M2.b, M2.c)):
+        return None
+    dtype = M1.dtype
+    a1, a2 = (a if a.dtype == dtype else a.to(dtype) for a in (M1.transitions.actual(), M2.transitions.actual()))
+    b2 = torch.ones_like(a2) if M2.b is None else M2.b
+    c1 = torch.ones_like(a1) if M1.c is None else M1.c
+    b1c2 = M2.c if M1.b is None else M1.b if M2.c is None else M1.b * M2.c  # None: both are ones
+    zero = torch.zeros_like(a1)
+    A = torch.stack([a1, a2 if b1c2 is None else b1c2 * a2, zero, a2], -1).view(*a1.shape, 2, 2)  # (contiguous)
+    B = torch.stack([b2 if b1c2 is None else b1c2 * b2, b2], -1)
+    C = torch.stack([c1, zero], -1)
+    return SSS._assemble(Generators(Transitions(A, "dense"), B, C), True, M1.batch_shape)
 
 
 def matmul_lower(G1: Generators, G2: Generators, batch) -> Generators:
@@ -96,6 +126,9 @@ def matmul_lower(G1: Generators, G2: Generators, batch) -> Generators:
 
 def sss_matmul(M1: SSS, M2: SSS) -> SSS:
     """``SSS(N1) @ SSS(N2) = SSS(N1 + N2)`` with block upper-triangular ``A`` (``U1 U2 = (L2 L1)^T``)."""
+    product = _one_ss_product(M1, M2)
+    if product is not None:
+        return product
     batch = batch_of(M1, M2)
     G1, G2 = M1.generators, M2.generators
     G = matmul_lower(G1, G2, batch) if M1.lower else matmul_lower(G2, G1, batch)

@@ -57,7 +57,7 @@ class StructuredMatrix(abc.ABC):
     def __init__(self, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | str):
         self._shape = torch.Size(shape)
         self._dtype = dtype
-        self._device = torch.device(device)
+        self._device = device if type(device) is torch.device else torch.device(device)  # (closure results pass one)
 
     # --- what subclasses provide -------------------------------------------------------------
     @abc.abstractmethod

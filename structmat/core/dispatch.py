@@ -150,28 +150,31 @@ def rules(op: str | None = None) -> list[Rule]:
     return list(_REGISTRY[op])
 
 
-#: ``(op, operand types) -> (the registry of op when sorted, its matching rules in the order they are tried)``:
-#: matching and ordering depend on the operands' types only, and cost more than a small closure operation.
-_CANDIDATES: dict[tuple, tuple[tuple[Rule, ...], list[Rule]]] = {}
+#: ``(op, operand types) -> (a copy of the registry of op when sorted, its matching rules in the order they are
+#: tried)``: matching and ordering depend on the operands' types only, and cost more than a small closure operation.
+_CANDIDATES: dict[tuple, tuple[list[Rule], list[Rule]]] = {}
 
 
 def _candidates(op: str, operands: tuple) -> list[Rule]:
     """The rules matching ``operands`` in the order they are tried, cached by types (and checked against the
     registry as it is now, so rules added or removed, even by editing the registry's lists, count at once)."""
-    registry = tuple(_REGISTRY[op])
+    registry = _REGISTRY[op]
     key = (op, *map(type, operands))
     cached = _CANDIDATES.get(key)
-    if cached is not None and cached[0] == registry:
+    if cached is not None and cached[0] == registry:  # the same rules: list equality sees identity first
         return cached[1]
     candidates = [r for r in registry if r.matches(operands)]
     candidates.sort(key=lambda r: (-r.precedence, r.distance(operands), r.serial))
-    _CANDIDATES[key] = (registry, candidates)
+    _CANDIDATES[key] = (list(registry), candidates)
     return candidates
 
 
 def resolve(op: str, *operands) -> Rule | None:
     """The rule ``op(*operands)`` runs (see the module docstring for the order), or None."""
-    return next((r for r in _candidates(op, operands) if r.when is None or bool(r.when(*operands))), None)
+    for r in _candidates(op, operands):  # (a loop: a generator costs more than most conditions)
+        if r.when is None or r.when(*operands):
+            return r
+    return None
 
 
 def apply(op: str, *operands):

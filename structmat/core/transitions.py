@@ -345,21 +345,22 @@ class Transitions:
     # --- combining two recurrences -------------------------------------------------------------------
     def block_diagonal(self, other: Transitions, n1: int, n2: int, batch) -> Transitions:
         """``diag(A1_t, A2_t)``: the transitions of a sum of two recurrences (diagonal where both are)."""
+        if (self.kind == other.kind == "log" and n1 == n2 == 1 and self.values.shape == other.values.shape
+                and not (carries_gradient(self.decays) or carries_gradient(other.decays))):  # (diagonals() carry them)
+            both = torch.exp(torch.stack([self.values, other.values], -1))  # one exp of both
+            return Transitions(both if both.shape[:-2] == tuple(batch) else both.expand(*batch, -1, 2), "diag")
         T = self.length
         fit = lambda t, n: t if t.shape == (*batch, T, n) else t.expand(*batch, T, n)  # noqa: E731
-        plain = not (carries_gradient(self.decays) or carries_gradient(other.decays))  # (diagonals() carry them)
-        if plain and self.kind == "log" and other.kind == "log" and n1 == n2 == 1 and self.values.shape == other.values.shape:
-            return Transitions(fit(torch.exp(torch.stack([self.values, other.values], -1)), 2), "diag")  # one exp of both
         d1, d2 = self.diagonals(n1), other.diagonals(n2)
         if d1 is not None and d2 is not None:
             dtype = torch.promote_types(d1.dtype, d2.dtype)
             cast = lambda t: t if t.dtype == dtype else t.to(dtype)  # noqa: E731
             return Transitions(torch.cat([cast(fit(d1, n1)), cast(fit(d2, n2))], -1), "diag")
         A1, A2 = self.matrices(n1), other.matrices(n2)
-        dtype = torch.promote_types(A1.dtype, A2.dtype)
-        A1, A2 = A1.to(dtype).expand(*batch, *A1.shape[-3:]), A2.to(dtype).expand(*batch, *A2.shape[-3:])
-        return Transitions(torch.cat([torch.cat([A1, A1.new_zeros(*A1.shape[:-1], n2)], -1),
-                                      torch.cat([A2.new_zeros(*A2.shape[:-1], n1), A2], -1)], -2), "dense")
+        pad = torch.nn.functional.pad  # each block padded to its place, then one sum: three operations
+        blocks = pad(A1, (0, n2, 0, n2)) + pad(A2, (n1, 0, n1, 0))
+        return Transitions(blocks if blocks.shape[:-3] == tuple(batch) else blocks.expand(*batch, *blocks.shape[-3:]),
+                           "dense")
 
     def kron(self, other: Transitions, n1: int, n2: int, batch) -> Transitions:
         """``A1_t (x) A2_t``: the transitions of an elementwise product of two recurrences."""

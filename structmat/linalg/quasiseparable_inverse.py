@@ -30,7 +30,8 @@ import torch
 
 from structmat.core.transitions import Transitions
 from structmat.core.validation import check_overflow
-from structmat.linalg.quasiseparable_lu import DenseParts, LUFactors, dense_parts, lu_recurrence
+from structmat.linalg.quasiseparable_inverse_host import host_inverse
+from structmat.linalg.quasiseparable_lu import DenseParts, LUFactors, dense_parts, host_steps_apply, lu_recurrence
 from structmat.linalg.semiseparable import Generators
 
 __all__ = ["quasiseparable_inverse"]
@@ -89,7 +90,8 @@ def quasiseparable_inverse(lower: Generators, upper: Generators, d: torch.Tensor
     part (order ``n_l``, or ``n_l + 1``), of its transposed strictly-upper part (order ``n_u``, or
     ``n_u + 1``), and its diagonal ``(*, T)``. See the module docstring.
 
-    ``O(T n_l n_u (n_l + n_u))`` with two Python steps per position. No pivoting: raises
+    ``O(T n_l n_u (n_l + n_u))`` with two Python steps per position (in numpy where no gradient is wanted on the CPU:
+    :mod:`structmat.linalg.quasiseparable_inverse_host`). No pivoting: raises
     :class:`~structmat.SingularMatrixError` when a leading principal minor vanishes, or when the
     inverse overflows.
 
@@ -103,6 +105,8 @@ def quasiseparable_inverse(lower: Generators, upper: Generators, d: torch.Tensor
     True
     """
     parts = dense_parts(lower, upper, d, batch)
+    if d.shape[-1] and host_steps_apply(parts.A, parts.B, parts.C, parts.Au, parts.Bu, parts.Cu, parts.d):
+        return host_inverse(parts)
     f = lu_recurrence(parts)
     v = f.g / f.delta[..., None]
     Z = _backward_states(parts, f, v)

@@ -23,12 +23,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from structmat.core.validation import SingularMatrixError
 from structmat.linalg.semiseparable import Generators
 
-__all__ = ["DenseParts", "LUFactors", "dense_parts", "lu_recurrence", "quasiseparable_lu"]
+__all__ = ["DenseParts", "LUFactors", "dense_parts", "host_steps_apply", "lu_recurrence", "quasiseparable_lu",
+           "schur_steps_host", "steps_first"]
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,63 @@ def dense_parts(lower: Generators, upper: Generators, d: torch.Tensor, batch) ->
                       Au, upper.B.expand(*batch, T, nu), upper.C.expand(*batch, T, nu), d.expand(*batch, T))
 
 
+_HOST_DTYPES = (torch.float32, torch.float64, torch.complex64, torch.complex128)
+
+
+def host_steps_apply(*tensors: torch.Tensor) -> bool:
+    """Whether the Python steps of a recurrence on ``tensors`` run in numpy: on the CPU, where no gradient is wanted
+    (numpy keeps no graph) and outside ``torch.compile``. A step multiplies matrices of a few rows, where a torch
+    operation costs about 5 us and a numpy one about 1 us (measured, one thread: the LU step of an order-1 pair
+    costs 40-75 us in torch, 15 us in numpy); the arithmetic and the dtype are the same."""
+    grad = torch.is_grad_enabled()
+    return all(t.device.type == "cpu" and t.dtype in _HOST_DTYPES and not (grad and t.requires_grad) for t in tensors) \
+        and not torch.compiler.is_compiling()
+
+
+def _host(t: torch.Tensor) -> np.ndarray:
+    """``t`` as a numpy array (a view where torch allows)."""
+    return t.detach().resolve_conj().resolve_neg().numpy()
+
+
+def steps_first(x: np.ndarray) -> np.ndarray:
+    """``x (*, T, r, c)`` with the step axis first (itself without batch dims: ``np.moveaxis`` costs microseconds)."""
+    return x if x.ndim == 3 else np.moveaxis(x, -3, 0)
+
+
+def schur_steps_host(left: np.ndarray, right: np.ndarray, corner: np.ndarray, F: np.ndarray) -> np.ndarray:
+    """The steps of :func:`lu_recurrence` on numpy arrays (steps along axis ``-3``), ``Y_k`` stacked along ``-3``; a
+    zero pivot gives inf or NaN, as in torch, and the caller raises."""
+    Ys = []
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for Lk, Rk, Ck in zip(steps_first(left), steps_first(right), steps_first(corner)):
+            Y = Lk @ F @ Rk - Ck
+            u = Y[..., :, -1:]
+            F = Y - (u @ Y[..., -1:, :]) / u[..., -1:, :]
+            Ys.append(Y)
+    return np.stack(Ys, axis=-3)
+
+
+def _schur_steps(left: torch.Tensor, right: torch.Tensor, corner: torch.Tensor, F: torch.Tensor) -> torch.Tensor:
+    """:func:`schur_steps_host` of torch tensors (:func:`host_steps_apply`)."""
+    return torch.from_numpy(schur_steps_host(_host(left), _host(right), _host(corner), _host(F)))
+
+
+def _schur_steps_torch(left: torch.Tensor, right: torch.Tensor, corner: torch.Tensor, F: torch.Tensor) -> torch.Tensor:
+    """The steps of :func:`lu_recurrence` in torch (differentiable), ``Y_k`` stacked along ``-3``."""
+    nl, nu = F.shape[-2] - 1, F.shape[-1] - 1
+    last_col = F.new_zeros(nu + 1, 1)
+    last_col[-1] = 1
+    last_row = F.new_zeros(1, nl + 1)
+    last_row[0, -1] = 1
+    Ys = []
+    for Lk, Rk, Ck in zip(left.unbind(-3), right.unbind(-3), corner.unbind(-3)):
+        Y = Lk @ F @ Rk - Ck
+        u = Y @ last_col
+        F = Y - (u @ (last_row @ Y)) / (last_row @ u)
+        Ys.append(Y)
+    return torch.stack(Ys, dim=-3)
+
+
 def lu_recurrence(parts: DenseParts) -> LUFactors:
     """The recurrence of the module docstring, one Python step per position: ``O(T n_l n_u (n_l + n_u))``.
 
@@ -83,22 +142,12 @@ def lu_recurrence(parts: DenseParts) -> LUFactors:
     p = (A.mT @ parts.C[..., None])[..., 0]
     h = (Au.mT @ parts.Cu[..., None])[..., 0]
     pad = torch.nn.functional.pad
-    left = pad(torch.cat([A, p[..., None, :]], dim=-2), (0, 1)).unbind(-3)  # [[A_k, 0], [p_k^T, 0]]
-    right = pad(torch.cat([Au.mT, h[..., :, None]], dim=-1), (0, 0, 0, 1)).unbind(-3)  # [[Au_k^T, h_k], [0, 0]]
+    left = pad(torch.cat([A, p[..., None, :]], dim=-2), (0, 1))  # [[A_k, 0], [p_k^T, 0]]
+    right = pad(torch.cat([Au.mT, h[..., :, None]], dim=-1), (0, 0, 0, 1))  # [[Au_k^T, h_k], [0, 0]]
     corner = torch.cat([torch.cat([B.new_zeros(*B.shape, nu), B[..., None]], -1),
-                        torch.cat([Bu, d[..., None]], -1)[..., None, :]], -2).unbind(-3)  # [[0, B_k], [Bu_k^T, d_k]]
-    last_col = d.new_zeros(nu + 1, 1)
-    last_col[-1] = 1
-    last_row = d.new_zeros(1, nl + 1)
-    last_row[0, -1] = 1
+                        torch.cat([Bu, d[..., None]], -1)[..., None, :]], -2)  # [[0, B_k], [Bu_k^T, d_k]]
     F = d.new_zeros(*batch, nl + 1, nu + 1)
-    Ys = []
-    for k in range(T):
-        Y = left[k] @ F @ right[k] - corner[k]
-        u = Y @ last_col
-        F = Y - (u @ (last_row @ Y)) / (last_row @ u)
-        Ys.append(Y)
-    Y = torch.stack(Ys, dim=-3)
+    Y = (_schur_steps if host_steps_apply(left, right, corner) else _schur_steps_torch)(left, right, corner, F)
     delta = -Y[..., nl, nu]
     zero = (delta == 0).reshape(-1, T).any(0)
     if bool(zero.any()):

@@ -126,15 +126,18 @@ class SSS(StructuredMatrix):
 
     def _set(self, G: Generators, lower: bool, batch: tuple[int, ...]) -> None:
         """The state of an SSS with generators ``G`` (see :meth:`_assemble`)."""
-        dtype = G.B.dtype
-        for t in (G.C, G.D):
-            if t is not None and t.dtype != dtype:
-                dtype = torch.promote_types(dtype, t.dtype)
-        dtype = G.A.promote(dtype)
-        cast = lambda t: t if t is None or t.dtype == dtype else t.to(dtype)  # noqa: E731
-        self.transitions, self.B, self.C, self.D, self.lower = G.A.cast(dtype), cast(G.B), cast(G.C), cast(G.D), lower
-        T = G.B.shape[-2]
-        StructuredMatrix.__init__(self, (*batch, T, T), dtype, G.B.device)
+        A, B, C, D = G.A, G.B, G.C, G.D
+        dtype = B.dtype
+        if C.dtype != dtype or (D is not None and D.dtype != dtype) or A.values.dtype != dtype:  # else nothing to cast
+            for t in (C, D):
+                if t is not None and t.dtype != dtype:
+                    dtype = torch.promote_types(dtype, t.dtype)
+            dtype = A.promote(dtype)
+            cast = lambda t: t if t is None or t.dtype == dtype else t.to(dtype)  # noqa: E731
+            A, B, C, D = A.cast(dtype), cast(B), cast(C), cast(D)
+        self.transitions, self.B, self.C, self.D, self.lower = A, B, C, D, lower
+        T = B.shape[-2]
+        StructuredMatrix.__init__(self, (*batch, T, T), dtype, B.device)
 
     def diagonal(self) -> torch.Tensor:
         return self.generators.diagonal().expand(self.shape[:-1])

@@ -117,8 +117,11 @@ class Toeplitz(StructuredMatrix):
             M.c, M._r = c, None
             StructuredMatrix.__init__(M, (*c.shape, c.shape[-1]), c.dtype, c.device)
             return M
-        batch = c.shape[:-1] if c.shape[:-1] == r.shape[:-1] else torch.broadcast_shapes(c.shape[:-1], r.shape[:-1])
-        M.c, M._r = c.expand(*batch, c.shape[-1]), r.expand(*batch, r.shape[-1])
+        batch = c.shape[:-1]
+        if batch != r.shape[:-1]:  # (an expand costs more than a small sum)
+            batch = torch.broadcast_shapes(batch, r.shape[:-1])
+            c, r = c.expand(*batch, c.shape[-1]), r.expand(*batch, r.shape[-1])
+        M.c, M._r = c, r
         StructuredMatrix.__init__(M, (*batch, c.shape[-1], r.shape[-1]), c.dtype, c.device)
         return M
 

@@ -55,6 +55,27 @@ def test_decay_products_in_blocks_equal_one_segment_sum(monkeypatch, T):
     assert torch.autograd.gradcheck(decay_products, (torch.log(0.1 + rand(T, seed=3)).requires_grad_(),))
 
 
+
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+def test_decay_products_flush_underflow_to_exact_zeros(dtype):
+    """Products below the smallest normal number are exact zeros (the CPU exp's slow path is skipped); the rest,
+    gradients included, are those of the plain ``exp``; NaN still comes out as NaN."""
+    T = 80  # 80 x 80 entries: over FLUSH_MIN_ENTRIES
+    assert T * T >= segsum_module.FLUSH_MIN_ENTRIES
+    x = torch.log(torch.full((2, T), 1e-3 if dtype == torch.float32 else 1e-12, dtype=F64) + 0.5 * rand(2, T, seed=4))
+    x[1, 30] = float("-inf")
+    P = decay_products(x.to(dtype))
+    reference = torch.exp(segsum(x))
+    tiny = torch.finfo(dtype).tiny
+    assert bool((P[reference < tiny] == 0).all()) and bool((reference < tiny).any())
+    close(P.to(F64), torch.where(reference < 3 * tiny, 0.0, reference), rtol=1e-5 if dtype == torch.float32 else 1e-13)
+    y = x.clone()
+    y[0, 40] = float("nan")
+    assert bool(decay_products(y.to(dtype))[0, 40:, :40].isnan().all())
+    strong = x[:1, :12].clone().requires_grad_()  # a short stretch: the gradient of products that stay normal
+    assert torch.autograd.gradcheck(lambda t: decay_products(t.expand(6, 12).reshape(1, 72)), (strong,))
+
+
 def _sss_cases():
     g = torch.Generator().manual_seed(0)
     n = lambda *s: torch.randn(*s, generator=g, dtype=F64)  # noqa: E731
