@@ -281,7 +281,11 @@ def sss_matmat(G: Generators, X: torch.Tensor, transpose: bool = False, banded: 
     z = _run(bd.ab, bd.kd, _rhs(bd, X, False, transpose), transpose, True)
     if not transpose:
         return _out(z[..., 0], X)
-    return _out(bd.D[..., None, :] * z[..., 0] + (bd.Bt.swapaxes(-1, -2)[..., None, :, :] * z[..., 1:]).sum(-1), X)
+    Y = bd.D[..., None, :] * z[..., 0]  # y = D x + B^T h one state at a time: a (K, T, N) temporary and its sum
+    # took 508 against 380 us (SSS(4), T = 4096, one column)
+    for i in range(bd.Bt.shape[-2]):
+        Y += bd.Bt[..., i, None, :] * z[..., 1 + i]
+    return _out(Y, X)
 
 
 def sss_solve(G: Generators, Y: torch.Tensor, transpose: bool = False, banded: Band | None = None) -> torch.Tensor:

@@ -21,7 +21,7 @@ from structmat.linalg import iir
 from structmat.linalg.scan import decay_scan
 from structmat.linalg.segsum import decay_products
 
-__all__ = ["first_order_scan", "decay_matrix"]
+__all__ = ["first_order_scan", "decay_matrix", "scalar_sss_product"]
 
 
 def _blocked(log_a: torch.Tensor, X: torch.Tensor, transpose: bool) -> torch.Tensor:
@@ -134,3 +134,34 @@ def decay_matrix(log_a: torch.Tensor, decays: torch.Tensor) -> torch.Tensor:
     tensor([0.0000, 0.0000, 0.5000])
     """
     return _DecayMatrix.apply(log_a.detach(), decays)
+
+
+def scalar_sss_product(log_a: torch.Tensor, B: torch.Tensor, C: torch.Tensor, D: torch.Tensor | None, X: torch.Tensor,
+                       decays: torch.Tensor | None = None, lower: bool = True) -> torch.Tensor:
+    """``M X`` for the order-1 semiseparable ``M`` of scalar decays ``a = exp(log_a) (*, T)``, ``B, C (*, T, 1)``,
+    ``D (*, T)`` or None, ``X (*, T, K)``: ``y_t = c_t a_t h_{t-1} + d_t x_t`` with ``h_t = a_t h_{t-1} + b_t x_t``
+    (``lower``), or the transpose ``y = b o F^T shift_up(a o c o x) + d o x`` (``F`` the first-order recurrence):
+    one :func:`first_order_scan`, compiled on the CPU, ``O(T K)``. The strict part ``a_t h_{t-1}`` is read from the
+    shifted state, never as ``h_t - b_t x_t`` (which would cancel where the decays are strong).
+
+    Examples
+    --------
+    >>> la = torch.log(torch.tensor([1.0, 0.5, 0.5]))
+    >>> one = torch.ones(3, 1)
+    >>> scalar_sss_product(la, one, one, None, torch.eye(3))  # the strictly lower decay mask
+    tensor([[0.0000, 0.0000, 0.0000],
+            [0.5000, 0.0000, 0.0000],
+            [0.2500, 0.5000, 0.0000]])
+    """
+    if X.shape[-2] == 0:
+        return X * B.sum()  # (T = 0: nothing to shift; keeps the broadcast batch and dtype)
+    a = (decays if decays is not None else torch.exp(log_a))[..., None]
+    pad = torch.nn.functional.pad
+    if lower:
+        h = first_order_scan(log_a, B * X, decays)
+        y = C * a * pad(h[..., :-1, :], (0, 0, 1, 0))
+    else:
+        u = pad((a * C * X)[..., 1:, :], (0, 0, 0, 1))
+        y = B * first_order_scan(log_a, u, decays, transpose=True)
+    return y if D is None else y + D[..., None] * X
+

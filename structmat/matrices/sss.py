@@ -13,6 +13,7 @@ from structmat.core.validation import as_tensor, broadcast_batch, check_dtype, c
 from structmat.linalg import banded
 from structmat.linalg.block_solve import WIDE_CHUNK, WIDE_COLUMNS, ChunkMaps, block_solve, chunk_maps
 from structmat.linalg.dense_form import sss_dense
+from structmat.linalg.first_order import scalar_sss_product
 from structmat.linalg.realization import minimal_realization
 from structmat.linalg.semiseparable import Generators
 
@@ -167,6 +168,8 @@ class SSS(StructuredMatrix):
     # --- products -----------------------------------------------------------------------------------
     def _matmat(self, X: torch.Tensor) -> torch.Tensor:
         G = self.generators
+        if G.A.kind == "log" and G.order == 1 and not banded.keeps(G, self.batch_shape):  # one scan, no band to build
+            return scalar_sss_product(G.A.values, G.B, G.C, G.D, X, G.A.decays, self.lower)
         if banded.applies(G, X, transpose=not self.lower, batch=self.batch_shape):  # compiled code, both triangles
             return banded.sss_matmat(G, X, not self.lower, self._band(False, G))
         G, reversed_ = self.time_lower()

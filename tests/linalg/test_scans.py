@@ -90,3 +90,57 @@ def test_segsum_is_the_sum_over_each_segment():
             assert (S[i, j] == want) if i < j else abs(S[i, j] - want) < 1e-14
     assert torch.equal(torch.exp(segsum(torch.tensor([0.0, float("-inf"), 0.0])))[2, 0], torch.tensor(0.0))
     assert np.isfinite(as_np := torch.exp(segsum(torch.full((4,), -1e30, dtype=F64))).numpy()).all() and as_np[1, 1] == 1
+
+
+@pytest.mark.parametrize("lower", [True, False])
+@pytest.mark.parametrize("batch,xbatch", [((), ()), ((2,), (2,)), ((2,), (3, 1)), ((), (2,))])
+def test_scalar_sss_product_equals_dense(lower, batch, xbatch):
+    """The order-1 scalar-decay product by one first-order scan (lower, and the transpose): exact cuts (a_t = 0),
+    unit decays, a diagonal, batch broadcasting, T = 0."""
+    from structmat.linalg.first_order import scalar_sss_product
+
+    T = 37
+    a = rand(*batch, T, seed=3)
+    a[..., 5] = 0.0
+    a[..., 20:26] = 1.0
+    B, C, D = randn(*batch, T, 1, seed=4), randn(*batch, T, 1, seed=5), randn(*batch, T, seed=6)
+    M = sm.SSS(a[..., None], B, C, D).to_dense()
+    M = M if lower else M.mT
+    X = randn(*xbatch, T, 2, seed=7)
+    close(scalar_sss_product(safe_log(a), B, C, D, X, lower=lower), M @ X)
+    close(scalar_sss_product(safe_log(a), B, C, None, X, lower=lower), (M - torch.diag_embed(D)) @ X)
+    empty = scalar_sss_product(torch.zeros(0, dtype=F64), torch.ones(0, 1, dtype=F64), torch.ones(0, 1, dtype=F64), None,
+                               torch.ones(0, 2, dtype=F64))
+    assert empty.shape == (0, 2)
+
+
+@pytest.mark.parametrize("lower", [True, False])
+def test_scalar_sss_product_gradients(lower):
+    from structmat.linalg.first_order import scalar_sss_product
+
+    T = 7
+    a = rand(T, seed=8).requires_grad_()
+    B, C, D, X = (randn(*s, seed=9 + i).requires_grad_() for i, s in enumerate([(T, 1), (T, 1), (T,), (T, 2)]))
+    torch.autograd.gradcheck(lambda a, B, C, D, X: scalar_sss_product(torch.log(a.detach()), B, C, D, X, a, lower),
+                             (a, B, C, D, X))
+
+
+def test_long_scalar_sss_matmat_takes_the_scan_where_no_band_is_kept(monkeypatch):
+    """An order-1 log-kind SSS whose band is not kept (long, or parameters broadcast) multiplies by one compiled
+    scan instead of building a band per call (LION's parts at T = 1e6: super-linear before): same products."""
+    import structmat.linalg.banded as banded
+    import structmat.matrices.sss as sss_module
+
+    calls = []
+    scan = sss_module.scalar_sss_product
+    monkeypatch.setattr(sss_module, "scalar_sss_product", lambda *args: calls.append(1) or scan(*args))
+    monkeypatch.setattr(banded, "KEEP_MAX_ENTRIES", 0)
+    monkeypatch.setattr(banded, "KEEP_PER_PARAMETER_BYTE", 0)
+    T = 300  # above the kept dense form
+    a = rand(T, seed=12)
+    a[40] = 0.0
+    for M in (sm.Quasiseparable.lion(a), sm.Quasiseparable.lion(a, b=randn(T, seed=13), c=randn(T, seed=14))):
+        x = randn(T, 2, seed=15)
+        calls.clear()
+        close(M @ x, M.to_dense() @ x)
+        assert len(calls) == 2  # both triangles
