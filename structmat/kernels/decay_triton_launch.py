@@ -121,6 +121,10 @@ class _Buffers:
     def __call__(self, shape, dtype, device):
         return self.standins[dtype] if self.standins is not None else _alloc(shape, dtype, device, self.debug)
 
+    def zeros(self, shape, dtype, device):
+        """A zeroed buffer (the look-back's flags), or the dtype's stand-in."""
+        return self.standins[dtype] if self.standins is not None else torch.zeros(shape, device=device, dtype=dtype)
+
     def launch(self, kernel, grid, *args, **meta):
         if self.standins is None:
             kernel[grid](*args, **meta)
@@ -199,8 +203,7 @@ def _launch_chain(dy, dfinal, log_a, C, seq_idx, slo, has_init, chunk, bm, warp,
     g32 = buf((b, NC, H, P, N), torch.float32, dev) if NC > 1 else glo
     agg = buf((b, NC, H, P, N), torch.float32, dev) if NC > 1 else glo
     adec = buf((b, NC, H, ps), torch.float32, dev)
-    sync = torch.zeros(2 + b * NC * H * ps, device=dev, dtype=torch.int32) if buf.standins is None else (
-        buf.standins[torch.int32])
+    sync = buf.zeros(2 + b * NC * H * ps, torch.int32, dev)
     dfin = dfinal if dfinal is not None else glo
     sf = dfinal.stride() if dfinal is not None else (0, 0, 0, 0)
     buf.launch(

@@ -27,12 +27,15 @@ import structmat.testing as smt
 from structmat.attention import admissible
 
 
-def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
+def rel_err(got: torch.Tensor, want: torch.Tensor, size: torch.Tensor | None = None) -> float:
+    """``|got - want| / |want|``; for a reference that is exactly 0 (a mask like ``L - L``: relative error has no
+    meaning), ``|got| / |size|`` with ``size`` the scale of the terms' roundoff where given."""
     dtype = C128 if (got.is_complex() or want.is_complex()) else F64
     got, want = got.detach().to(dtype), want.detach().to(dtype)
     if want.numel() == 0:
         return 0.0
-    return float((got - want).norm() / want.norm().clamp_min(1e-300))
+    scale = size.detach().to(F64).norm() if size is not None and not bool(want.any()) else want.norm()
+    return float((got - want).norm() / scale.clamp_min(1e-300))
 
 
 # --- SMA -----------------------------------------------------------------------------------------
@@ -89,6 +92,8 @@ def sma_problems(draw):
 def test_sma_every_admissible_order_matches_dense(problem, chunk, inference):
     q, k, v, mask, ref, scale = problem
     want = sma_reference(q, k, v, ref, float(scale))
+    # the scale of the terms where the reference cancels to 0 (the fuzz masks' entries are O(1) before cancelling)
+    size = sma_reference(q.abs(), k.abs(), v.abs(), torch.ones(ref.shape, dtype=F64), abs(float(scale)))
     expect = torch.promote_types(torch.promote_types(q.dtype, k.dtype), torch.promote_types(v.dtype, mask.dtype))
     q_dtype = torch.promote_types(torch.promote_types(q.dtype, k.dtype), v.dtype)
     tol = 10 * max(smt.tolerance(t.dtype) for t in (q, k, v, mask))  # the least precise input sets the accuracy
@@ -104,7 +109,7 @@ def test_sma_every_admissible_order_matches_dense(problem, chunk, inference):
             assert got.dtype == expect, (f"{order} with q {q.dtype}, k {k.dtype}, v {v.dtype}, mask {mask.dtype}: "
                                          f"dtype {got.dtype}, expected {expect}")
             assert bool(torch.isfinite(got).all()), f"{order}: non-finite output"
-            err = rel_err(got, want)
+            err = rel_err(got, want, size)
             assert err <= tol, f"{type(mask).__name__} order={order} chunk={chunk}: relative error {err:.2e} > {tol:.1e}"
 
 
