@@ -46,7 +46,7 @@ class Bidiagonal(StructuredMatrix):
     def __init__(self, diag, sub, *, lower: bool = True, dtype: torch.dtype | None = None, device=None):
         diag = as_tensor(diag, "diag", dtype=dtype, device=device)
         sub = as_tensor(sub, "sub", dtype=dtype, device=device, like=("diag", diag))
-        if diag.dim() < 1 or sub.dim() != diag.dim() or sub.shape[-1] != max(diag.shape[-1] - 1, 0):
+        if diag.dim() < 1 or sub.dim() < 1 or sub.shape[-1] != max(diag.shape[-1] - 1, 0):  # batches broadcast
             raise ValueError(f"diag and sub must have shapes (*, T) and (*, T-1); got {tuple(diag.shape)} and {tuple(sub.shape)}")
         batch = broadcast_batch(("diag", diag.shape[:-1]), ("sub", sub.shape[:-1]))
         check_finite(diag, "diag")

@@ -212,3 +212,15 @@ def test_length_zero_and_zero_columns():
     for M in (sm.OneSS.from_decays(rand(5)), sm.SSS(rand(5, 2), randn(5, 2), randn(5, 2)), sm.Bidiagonal(1 + rand(5), rand(4))):
         assert (M @ torch.ones(5, 0, dtype=F64)).shape == (5, 0)
         assert (M.T @ torch.ones(2, 5, 0, dtype=F64)).shape == (2, 5, 0)
+
+
+def test_bidiagonal_batches_broadcast_between_diag_and_sub():
+    """``diag (2, T)`` with ``sub (T - 1,)``, as a sum with a batched Diagonal builds it: the constructor (and so a
+    scaling of that sum) takes it like any broadcast batch (fuzz: ``(Bidiagonal + Diagonal) * s`` at T = 0 raised)."""
+    for T in (0, 1, 5):
+        d, s = torch.rand(2, T, dtype=torch.float64) + 1, torch.rand(max(T - 1, 0), dtype=torch.float64)
+        M = sm.Bidiagonal(d, s)
+        want = torch.diag_embed(d) + torch.diag_embed(s, -1)
+        assert M.shape == (2, T, T) and torch.equal(M.to_dense(), want)
+        S = (sm.Bidiagonal(torch.ones(T, dtype=torch.float64), s) + sm.Diagonal(d)) * 2.0
+        assert torch.allclose(S.to_dense(), 2 * (torch.eye(T, dtype=torch.float64) + want))
