@@ -1,9 +1,15 @@
-"""Registers, spills and shared memory of every decay kernel, compiled for sm_90a without a GPU.
+"""Registers, spills and shared memory of every decay kernel, compiled for sm_90a.
 
-``python benchmarks/kernel_resources.py`` (needs only ``triton``, no torch: run it with the GPU
-machine's Triton version to get its compiler's numbers) prints one row per kernel and state size
-N in {64, 128}, with the tile constants of ``structmat/kernels/decay_triton_launch.py`` (bf16 inputs,
-P = 64, chunk 256). ``report(fn, signature, constexprs, num_warps, num_stages)`` is the helper.
+``python benchmarks/kernel_resources.py`` (needs only ``triton``, no torch and no GPU) compiles each kernel
+from a hand-written signature and prints one row per kernel and state size N in {64, 128}, with the tile
+constants of ``structmat/kernels/decay_triton_launch.py`` (bf16 inputs, P = 64, chunk 256).
+``report(fn, signature, constexprs, num_warps, num_stages)`` is the helper.
+
+``python benchmarks/kernel_resources.py --launch`` (CUDA) runs a forward+backward instead and reads the
+numbers of the kernels the launches compiled (triton's ``n_regs``, ``n_spills`` as local-memory bytes,
+``shared``). The two differ: a launch specialises on more than the signature says (session 9 on an H100,
+triton 3.6: the forward at N = 128 compiled offline to 144 bytes of spills and 49 KB of shared memory, and
+at launch to none and 115 KB), so the launch numbers are the ones to quote.
 """
 
 from __future__ import annotations
@@ -150,7 +156,70 @@ def rows(N_values=(64, 128), P=64, chunk=256):
     return out
 
 
+def launched_rows(N_values=(64, 128), P=64, chunk=256, b=2, T=2048, H=32) -> list[dict]:
+    """Forward+backward of ``decay_chunked_triton`` on CUDA (bf16), plain and with ``D, z, initial_state,
+    seq_idx``; one row per kernel the launches compiled."""
+    import torch
+
+    sys.path.insert(0, ROOT)
+    from structmat.kernels import decay_triton_bwd, decay_triton_bwd_scan, decay_triton_fwd
+    from structmat.kernels.decay_triton import decay_chunked_triton
+
+    mods = (decay_triton_fwd, decay_triton_bwd, decay_triton_bwd_scan)
+    seen = {}
+
+    class Recording:  # the kernel object with each launch's compiled kernel kept
+        def __init__(self, name, kernel):
+            self.name, self.kernel = name, kernel
+
+        def __getitem__(self, grid):
+            def launch(*args, **meta):
+                ck = self.kernel[grid](*args, **meta)
+                seen[self.name] = dict(regs=ck.n_regs, spill_bytes=4 * ck.n_spills, shared=ck.metadata.shared,
+                                       warps=meta.get("num_warps"))
+                return ck
+            return launch
+
+        def warmup(self, *args, **meta):
+            return self.kernel.warmup(*args, **meta)
+
+    originals = {(m, n): getattr(m, n) for m in mods for n in dir(m) if n.endswith("_kernel")}
+    for (m, n), k in originals.items():
+        setattr(m, n, Recording(n, k))
+    out = []
+    try:
+        for N in N_values:
+            for feats in ("plain", "D, z, init, seq"):
+                g = torch.Generator(device="cuda").manual_seed(0)
+                r = lambda *s: torch.randn(*s, device="cuda", generator=g)  # noqa: E731
+                x, B, C = (r(b, T, H, P).bfloat16(), r(b, T, 1, N).bfloat16(), r(b, T, 1, N).bfloat16())
+                dt = torch.rand(b, T, H, device="cuda", generator=g) * 0.1
+                kw = dict(scale=dt)
+                if feats != "plain":
+                    kw.update(D=r(H), z=r(b, T, H, P).bfloat16(), initial_state=r(b, H, P, N),
+                              seq_idx=(torch.arange(T, device="cuda") // 700).int()[None].expand(b, T).contiguous())
+                leaves = [x, B, C, *(v for v in kw.values() if v.is_floating_point())]
+                for t in leaves:
+                    t.requires_grad_(True)
+                seen.clear()
+                y, _ = decay_chunked_triton(x, -dt, B, C, chunk_size=chunk, **kw)
+                y.float().sum().backward()
+                torch.cuda.synchronize()
+                out += [dict(kernel=name, N=N, features=feats, **v) for name, v in sorted(seen.items())]
+    finally:
+        for (m, n), k in originals.items():
+            setattr(m, n, k)
+    return out
+
+
 def main():
+    if "--launch" in sys.argv:
+        print(f"triton {triton.__version__}, launched on CUDA, bf16, P = 64, chunk 256")
+        print(f"{'kernel':24s} {'N':>4s} {'features':16s} {'warps':>5s} {'regs':>5s} {'spill B':>8s} {'smem':>7s}")
+        for r in launched_rows():
+            print(f"{r['kernel']:24s} {r['N']:4d} {r['features']:16s} {r['warps']!s:>5s} {r['regs']:5d} "
+                  f"{r['spill_bytes']:8d} {r['shared']:7d}")
+        return
     print(f"triton {triton.__version__}, sm_90a, bf16, P = 64, chunk 256")
     print(f"{'kernel':24s} {'N':>4s} {'warps':>5s} {'regs':>5s} {'spill st':>8s} {'spill ld':>8s} {'smem':>7s}")
     for r in rows():

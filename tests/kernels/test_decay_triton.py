@@ -135,9 +135,13 @@ def test_extreme_decays(chunk, decay):
         t["log_a"][0, : T // 3] = 0.0  # exact zeros too
     (out, fin, _), (want, want_fin), g, gr = run_both(t, ("scale", "initial_state"), chunk=chunk, block_m=32)
     assert rel(out, want) < 1e-5 and rel(fin, want_fin) < 1e-5
+    # d log_a at strong decays is a sum of pair weights exp(cs_i - cs_j) read from chunk-local cumulative sums of
+    # |cs| up to chunk * max|log_a|, whose exponent error is |cs| * 2^-24: on average half of the largest
+    # (docs/numerics.md; mamba_ssm's error on such inputs is 4-10x larger, benchmarks/NOTES_ssd.md, session 9)
+    tol_log_a = max(1e-4, 0.5 * chunk * abs(decay[0]) * 2.0**-24)
     for k in g:
         assert torch.isfinite(g[k]).all(), k
-        tol = 1e-4 if k == "log_a" else 2e-5  # d log_a sums many pairs; strong decays leave it tiny
+        tol = tol_log_a if k == "log_a" else 2e-5
         assert rel(g[k], gr[k]) < tol, k
 
 
