@@ -13,6 +13,7 @@ planner's regret (auto, planning included, over the best order) median <= 1.05, 
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import sys
 import time
@@ -90,11 +91,17 @@ _OPS = {"+": (lambda a, b: a + b), "@": (lambda a, b: a @ b), "inv": (lambda a, 
 _DENSE_OPS = {"+": (lambda a, b: a + b), "@": (lambda a, b: a @ b), "inv": (lambda a, b: torch.linalg.inv(a))}
 
 
+#: The classes the closure section times (all where empty); ``--classes 'OneSS;SSS(4)'`` sets it.
+CLOSURE_CLASSES: tuple[str, ...] = ()
+
+
 def closure(compare) -> list[dict]:
     """``+``, ``@`` and ``inv`` of every class of the closure table against the same op on the dense matrices."""
     rows = []
     for T in GRID.closure_T:
         for cls, ops in CLOSURE_OPS.items():
+            if CLOSURE_CLASSES and cls not in CLOSURE_CLASSES:
+                continue
             a, b = _operands(cls, T, torch.Generator().manual_seed(T))
             da, db = a.to_dense(), b.to_dense()
             for op in ops:
@@ -227,12 +234,24 @@ def local_compare(case: str, T: int, ours: Callable[[], object], dense: Callable
 
 
 def main(argv: list[str]) -> None:
-    """``python benchmarks/sizes_ops.py [section ...]``: each section's table, and its rows in
-    ``benchmarks/results/sizes_ops_<section>_cpu.json``."""
+    """``python benchmarks/sizes_ops.py [section ...] [--T 16,256] [--classes 'OneSS;SSS(4)']``: each section's table,
+    and its rows in ``benchmarks/results/sizes_ops_<section>_cpu.json``; ``--T`` restricts the closure and ``sma``
+    sizes, ``--classes`` the closure section's classes (for quick runs)."""
     from _report import table, write
 
+    global GRID, CLOSURE_CLASSES
+    sections = []
+    args = iter(argv)
+    for arg in args:
+        if arg == "--T":
+            sizes = tuple(int(T) for T in next(args).split(","))
+            GRID = dataclasses.replace(GRID, closure_T=sizes, sma_T=sizes)
+        elif arg == "--classes":
+            CLOSURE_CLASSES = tuple(next(args).split(";"))
+        else:
+            sections.append(arg)
     torch.set_num_threads(1)
-    for name in argv or list(SECTIONS):
+    for name in sections or list(SECTIONS):
         rows = SECTIONS[name](local_compare)
         print(table(rows, ["case", "class", "T", "ours_us", "dense_us", "ratio", "order", "best"]), flush=True)
         print("wrote", write(f"sizes_ops_{name}_cpu", {"section": name, "threads": 1, "rows": rows}))

@@ -99,19 +99,43 @@ def _record(M) -> _Kept | None:
     params = _tensors(M, [], set())
     if grad and any(p.requires_grad for p in params):
         return None
-    M._small = _Kept([(p, _version(p)) for p in params])
+    M._small = _Kept([(p, _version(p)) for p in _distinct(params)])
     return M._small
 
 
-def keep(M, key, build: Callable[[], object]) -> object:
+def _distinct(params: list[torch.Tensor]) -> list[torch.Tensor]:
+    """``params`` without repeats and without views of others among them (a view shares its base's version counter
+    and gradient flag): each costs a check on every use of the record."""
+    ids = {id(p) for p in params}
+    seen: set[int] = set()
+    out = []
+    for p in params:
+        if id(p) not in seen and id(p._base) not in ids:
+            seen.add(id(p))
+            out.append(p)
+    return out
+
+
+def keep(M, key, build: Callable[[], object], *, limit: int | None = None) -> object:
     """``build()``, kept with the instance ``M`` under ``key`` (built again where a gradient is wanted or a
-    parameter of ``M`` changed in place since)."""
+    parameter of ``M`` changed in place since). With ``limit``, a value of more tensor entries than that, or one
+    built in inference mode (an inference tensor could not be saved for a later backward), is returned, not kept."""
     kept = _record(M)
     if kept is None:
         return build()
-    if key not in kept.values:
-        kept.values[key] = build()
-    return kept.values[key]
+    values = kept.values
+    if key in values:
+        return values[key]
+    value = build()
+    if limit is None or (_entries(value) <= limit and not torch.is_inference_mode_enabled()):
+        values[key] = value
+    return value
+
+
+def _entries(value) -> int:
+    """Entries of the tensors in ``value`` (a tensor or a tuple of tensors and None)."""
+    parts = value if isinstance(value, tuple) else (value,)
+    return sum(t.numel() for t in parts if isinstance(t, torch.Tensor))
 
 
 def _dense(M) -> torch.Tensor:
