@@ -95,18 +95,47 @@ _DENSE_OPS = {"+": (lambda a, b: a + b), "@": (lambda a, b: a @ b), "inv": (lamb
 CLOSURE_CLASSES: tuple[str, ...] = ()
 
 
+class Cycle:
+    """``op`` on the next of ``pairs`` at each call: fresh operands, as a user's new masks of each step (a value an
+    operand keeps, :func:`structmat.core.small.keep`, would make a repeated pair faster). ``len()`` is the pool's
+    size: a ``compare`` runs at most that many calls per round, so no pair repeats within a round."""
+
+    def __init__(self, op: Callable, pairs: list[tuple]) -> None:
+        self.op, self.pairs, self.i = op, pairs, 0
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def __call__(self) -> object:
+        a, b = self.pairs[self.i]
+        self.i = (self.i + 1) % len(self.pairs)
+        return self.op(a, b)
+
+
+#: Most pairs of each pool, and the bytes of the dense pool's matrices (T = 1024: 16 float32 pairs).
+POOL_PAIRS = 400
+DENSE_POOL_BYTES = 2**27
+
+
 def closure(compare) -> list[dict]:
-    """``+``, ``@`` and ``inv`` of every class of the closure table against the same op on the dense matrices."""
+    """``+``, ``@`` and ``inv`` of every class of the closure table against the same op on the dense matrices, on
+    FRESH operands: ``ours`` cycles through up to :data:`POOL_PAIRS` pre-built pairs, the dense op through dense
+    forms of them (up to :data:`DENSE_POOL_BYTES`, copies of the first pairs' dense forms beyond ``POOL_PAIRS``),
+    each a :class:`Cycle` whose length caps the calls of a round: each pair is used at most once per round."""
     rows = []
     for T in GRID.closure_T:
         for cls, ops in CLOSURE_OPS.items():
             if CLOSURE_CLASSES and cls not in CLOSURE_CLASSES:
                 continue
-            a, b = _operands(cls, T, torch.Generator().manual_seed(T))
-            da, db = a.to_dense(), b.to_dense()
+            g = torch.Generator().manual_seed(T)
+            pairs = [_operands(cls, T, g) for _ in range(POOL_PAIRS)]
+            first = [(a.to_dense().clone(), b.to_dense().clone()) for a, b in pairs[:8]]
+            n_dense = max(4, min(10 * POOL_PAIRS, DENSE_POOL_BYTES // (2 * first[0][0].element_size() * max(T, 1) ** 2)))
+            dense_pairs = [(a.to_dense().clone(), b.to_dense().clone()) for a, b in pairs[:n_dense]]
+            dense_pairs += [(first[i % 8][0].clone(), first[i % 8][1].clone()) for i in range(len(dense_pairs), n_dense)]
             for op in ops:
-                ours, dense = _OPS[op], _DENSE_OPS[op]
-                rows.append(compare(f"closure {op}", T, lambda: ours(a, b), lambda: dense(da, db), cls=cls))
+                ours, dense = Cycle(_OPS[op], pairs), Cycle(_DENSE_OPS[op], dense_pairs)
+                rows.append(compare(f"closure {op}", T, ours, dense, cls=cls))
     return rows
 
 
@@ -209,9 +238,10 @@ def _per_call(fn: Callable[[], object], n: int) -> float:
 
 
 def _calls(fn: Callable[[], object], budget: float) -> int:
-    """How many calls of ``fn`` fill about ``budget`` seconds."""
+    """How many calls of ``fn`` fill about ``budget`` seconds (at most ``len(fn)`` where it has one: a
+    :class:`Cycle`'s pool)."""
     once = _per_call(fn, 1)
-    return max(1, min(10000, int(budget / max(once, 1e-7))))
+    return max(1, min(len(fn) if isinstance(fn, Cycle) else 10000, int(budget / max(once, 1e-7))))
 
 
 def local_compare(case: str, T: int, ours: Callable[[], object], dense: Callable[[], object], *, cls: str,

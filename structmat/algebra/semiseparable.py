@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import torch
 
-from structmat.algebra import packed
 from structmat.core.transitions import Transitions
 from structmat.core.validation import SingularMatrixError, check_overflow
 from structmat.linalg.semiseparable import Generators
@@ -66,9 +65,16 @@ def join_states(x: torch.Tensor, y: torch.Tensor, batch, T: int) -> torch.Tensor
 
 
 def sss_add(M1: SSS, M2: SSS) -> SSS:
-    """``SSS(N1) + SSS(N2) = SSS(N1 + N2)`` with block-diagonal ``A`` (diagonal if both are), from the pieces the
-    operands keep (:func:`structmat.algebra.packed.sum_of`)."""
-    return packed.sum_of(M1, M2, batch_of(M1, M2))
+    """``SSS(N1) + SSS(N2) = SSS(N1 + N2)`` with block-diagonal ``A`` (diagonal if both are)."""
+    batch = batch_of(M1, M2)
+    G1, G2 = M1.generators, M2.generators
+    B1, B2 = G1.B, G2.B
+    T = B1.shape[-2]
+    D = None
+    if G1.D is not None or G2.D is not None:
+        D = fit(G1.diagonal() + G2.diagonal(), *batch, T)
+    A = G1.A.block_diagonal(G2.A, B1.shape[-1], B2.shape[-1], batch)
+    return build(Generators(A, join_states(B1, B2, batch, T), join_states(G1.C, G2.C, batch, T), D), M1.lower, batch)
 
 
 def _block_triangular(G1: Generators, G2: Generators, coupling: torch.Tensor, batch) -> Transitions:
@@ -83,6 +89,27 @@ def _block_triangular(G1: Generators, G2: Generators, coupling: torch.Tensor, ba
         return Transitions(diagonal + torch.nn.functional.pad(coupling, (n1, 0, 0, n2)), "dense")
     A1, A2 = (fit(G.A.matrices(G.order, dtype), *batch, T, G.order, G.order) for G in (G1, G2))
     return Transitions(torch.cat([torch.cat([A1, coupling], -1), torch.nn.functional.pad(A2, (n1, 0))], -2), "dense")
+
+
+def _one_ss_product(M1: OneSS, M2: OneSS) -> SSS | None:
+    """``M1 @ M2`` for two lower ``OneSS`` of one shape: the generators of :func:`matmul_lower` (``A = [[a1, b1 c2 a2],
+    [0, a2]]``, ``B = [b1 c2 b2, b2]``, ``C = [c1, 0]``) stacked from the ``(*, T)`` scalings in about ten operations
+    (unit scalings skip their products); None for other operands."""
+    if not (type(M1) is type(M2) is OneSS and M1.lower and M2.lower):
+        return None
+    shape = M1.shape[:-1]
+    if not all(t is None or t.shape == shape for t in (M1.log_a, M2.log_a, M1.b, M1.c, M2.b, M2.c)):
+        return None
+    dtype = M1.dtype
+    a1, a2 = (a if a.dtype == dtype else a.to(dtype) for a in (M1.transitions.actual(), M2.transitions.actual()))
+    b2 = torch.ones_like(a2) if M2.b is None else M2.b
+    c1 = torch.ones_like(a1) if M1.c is None else M1.c
+    b1c2 = M2.c if M1.b is None else M1.b if M2.c is None else M1.b * M2.c  # None: both are ones
+    zero = torch.zeros_like(a1)
+    A = torch.stack([a1, a2 if b1c2 is None else b1c2 * a2, zero, a2], -1).view(*a1.shape, 2, 2)  # (contiguous)
+    B = torch.stack([b2 if b1c2 is None else b1c2 * b2, b2], -1)
+    C = torch.stack([c1, zero], -1)
+    return SSS._assemble(Generators(Transitions(A, "dense"), B, C), True, M1.batch_shape)
 
 
 def matmul_lower(G1: Generators, G2: Generators, batch) -> Generators:
@@ -101,9 +128,14 @@ def matmul_lower(G1: Generators, G2: Generators, batch) -> Generators:
 
 
 def sss_matmul(M1: SSS, M2: SSS) -> SSS:
-    """``SSS(N1) @ SSS(N2) = SSS(N1 + N2)`` with block upper-triangular ``A`` (``U1 U2 = (L2 L1)^T``), from the pieces
-    the operands keep (:func:`structmat.algebra.packed.product_of`)."""
-    return packed.product_of(M1, M2, batch_of(M1, M2))
+    """``SSS(N1) @ SSS(N2) = SSS(N1 + N2)`` with block upper-triangular ``A`` (``U1 U2 = (L2 L1)^T``)."""
+    product = _one_ss_product(M1, M2)
+    if product is not None:
+        return product
+    batch = batch_of(M1, M2)
+    G1, G2 = M1.generators, M2.generators
+    G = matmul_lower(G1, G2, batch) if M1.lower else matmul_lower(G2, G1, batch)
+    return build(G, M1.lower, batch)
 
 
 def sss_hadamard(M1: SSS, M2: SSS) -> SSS:

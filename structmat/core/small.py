@@ -116,26 +116,15 @@ def _distinct(params: list[torch.Tensor]) -> list[torch.Tensor]:
     return out
 
 
-def keep(M, key, build: Callable[[], object], *, limit: int | None = None) -> object:
+def keep(M, key, build: Callable[[], object]) -> object:
     """``build()``, kept with the instance ``M`` under ``key`` (built again where a gradient is wanted or a
-    parameter of ``M`` changed in place since). With ``limit``, a value of more tensor entries than that, or one
-    built in inference mode (an inference tensor could not be saved for a later backward), is returned, not kept."""
+    parameter of ``M`` changed in place since)."""
     kept = _record(M)
     if kept is None:
         return build()
-    values = kept.values
-    if key in values:
-        return values[key]
-    value = build()
-    if limit is None or (_entries(value) <= limit and not torch.is_inference_mode_enabled()):
-        values[key] = value
-    return value
-
-
-def _entries(value) -> int:
-    """Entries of the tensors in ``value`` (a tensor or a tuple of tensors and None)."""
-    parts = value if isinstance(value, tuple) else (value,)
-    return sum(t.numel() for t in parts if isinstance(t, torch.Tensor))
+    if key not in kept.values:
+        kept.values[key] = build()
+    return kept.values[key]
 
 
 def _dense(M) -> torch.Tensor:
