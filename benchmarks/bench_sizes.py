@@ -79,7 +79,8 @@ def compare(case: str, T: int, ours: Callable[[], object], dense: Callable[[], o
             counts.append(1)
             continue
         once = _per_call(fn, 3)  # the call count of a round
-        counts.append(max(3, min(10_000, int(GRID.round_s / max(once, 1e-7)))))
+        cap = len(fn) if hasattr(fn, "__len__") else 10_000  # (a pool of fresh operands: each used once a round)
+        counts.append(max(1, min(3, cap), min(cap, 10_000, int(GRID.round_s / max(once, 1e-7)))))
     best = [math.inf, math.inf]
     gc.disable()  # (no gc.collect() per row: a full collection costs more than a quick run's rows)
     try:

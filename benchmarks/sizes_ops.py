@@ -13,6 +13,7 @@ planner's regret (auto, planning included, over the best order) median <= 1.05, 
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import sys
 import time
@@ -90,16 +91,51 @@ _OPS = {"+": (lambda a, b: a + b), "@": (lambda a, b: a @ b), "inv": (lambda a, 
 _DENSE_OPS = {"+": (lambda a, b: a + b), "@": (lambda a, b: a @ b), "inv": (lambda a, b: torch.linalg.inv(a))}
 
 
+#: The classes the closure section times (all where empty); ``--classes 'OneSS;SSS(4)'`` sets it.
+CLOSURE_CLASSES: tuple[str, ...] = ()
+
+
+class Cycle:
+    """``op`` on the next of ``pairs`` at each call: fresh operands, as a user's new masks of each step (a value an
+    operand keeps, :func:`structmat.core.small.keep`, would make a repeated pair faster). ``len()`` is the pool's
+    size: a ``compare`` runs at most that many calls per round, so no pair repeats within a round."""
+
+    def __init__(self, op: Callable, pairs: list[tuple]) -> None:
+        self.op, self.pairs, self.i = op, pairs, 0
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def __call__(self) -> object:
+        a, b = self.pairs[self.i]
+        self.i = (self.i + 1) % len(self.pairs)
+        return self.op(a, b)
+
+
+#: Most pairs of each pool, and the bytes of the dense pool's matrices (T = 1024: 16 float32 pairs).
+POOL_PAIRS = 400
+DENSE_POOL_BYTES = 2**27
+
+
 def closure(compare) -> list[dict]:
-    """``+``, ``@`` and ``inv`` of every class of the closure table against the same op on the dense matrices."""
+    """``+``, ``@`` and ``inv`` of every class of the closure table against the same op on the dense matrices, on
+    FRESH operands: ``ours`` cycles through up to :data:`POOL_PAIRS` pre-built pairs, the dense op through dense
+    forms of them (up to :data:`DENSE_POOL_BYTES`, copies of the first pairs' dense forms beyond ``POOL_PAIRS``),
+    each a :class:`Cycle` whose length caps the calls of a round: each pair is used at most once per round."""
     rows = []
     for T in GRID.closure_T:
         for cls, ops in CLOSURE_OPS.items():
-            a, b = _operands(cls, T, torch.Generator().manual_seed(T))
-            da, db = a.to_dense(), b.to_dense()
+            if CLOSURE_CLASSES and cls not in CLOSURE_CLASSES:
+                continue
+            g = torch.Generator().manual_seed(T)
+            pairs = [_operands(cls, T, g) for _ in range(POOL_PAIRS)]
+            first = [(a.to_dense().clone(), b.to_dense().clone()) for a, b in pairs[:8]]
+            n_dense = max(4, min(10 * POOL_PAIRS, DENSE_POOL_BYTES // (2 * first[0][0].element_size() * max(T, 1) ** 2)))
+            dense_pairs = [(a.to_dense().clone(), b.to_dense().clone()) for a, b in pairs[:n_dense]]
+            dense_pairs += [(first[i % 8][0].clone(), first[i % 8][1].clone()) for i in range(len(dense_pairs), n_dense)]
             for op in ops:
-                ours, dense = _OPS[op], _DENSE_OPS[op]
-                rows.append(compare(f"closure {op}", T, lambda: ours(a, b), lambda: dense(da, db), cls=cls))
+                ours, dense = Cycle(_OPS[op], pairs), Cycle(_DENSE_OPS[op], dense_pairs)
+                rows.append(compare(f"closure {op}", T, ours, dense, cls=cls))
     return rows
 
 
@@ -202,9 +238,10 @@ def _per_call(fn: Callable[[], object], n: int) -> float:
 
 
 def _calls(fn: Callable[[], object], budget: float) -> int:
-    """How many calls of ``fn`` fill about ``budget`` seconds."""
+    """How many calls of ``fn`` fill about ``budget`` seconds (at most ``len(fn)`` where it has one: a
+    :class:`Cycle`'s pool)."""
     once = _per_call(fn, 1)
-    return max(1, min(10000, int(budget / max(once, 1e-7))))
+    return max(1, min(len(fn) if isinstance(fn, Cycle) else 10000, int(budget / max(once, 1e-7))))
 
 
 def local_compare(case: str, T: int, ours: Callable[[], object], dense: Callable[[], object], *, cls: str,
@@ -227,12 +264,24 @@ def local_compare(case: str, T: int, ours: Callable[[], object], dense: Callable
 
 
 def main(argv: list[str]) -> None:
-    """``python benchmarks/sizes_ops.py [section ...]``: each section's table, and its rows in
-    ``benchmarks/results/sizes_ops_<section>_cpu.json``."""
+    """``python benchmarks/sizes_ops.py [section ...] [--T 16,256] [--classes 'OneSS;SSS(4)']``: each section's table,
+    and its rows in ``benchmarks/results/sizes_ops_<section>_cpu.json``; ``--T`` restricts the closure and ``sma``
+    sizes, ``--classes`` the closure section's classes (for quick runs)."""
     from _report import table, write
 
+    global GRID, CLOSURE_CLASSES
+    sections = []
+    args = iter(argv)
+    for arg in args:
+        if arg == "--T":
+            sizes = tuple(int(T) for T in next(args).split(","))
+            GRID = dataclasses.replace(GRID, closure_T=sizes, sma_T=sizes)
+        elif arg == "--classes":
+            CLOSURE_CLASSES = tuple(next(args).split(";"))
+        else:
+            sections.append(arg)
     torch.set_num_threads(1)
-    for name in argv or list(SECTIONS):
+    for name in sections or list(SECTIONS):
         rows = SECTIONS[name](local_compare)
         print(table(rows, ["case", "class", "T", "ours_us", "dense_us", "ratio", "order", "best"]), flush=True)
         print("wrote", write(f"sizes_ops_{name}_cpu", {"section": name, "threads": 1, "rows": rows}))

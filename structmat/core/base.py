@@ -294,12 +294,13 @@ def _binary(op: str, a: StructuredMatrix, b: StructuredMatrix) -> StructuredMatr
     """Shape, batch, device and dtype checks shared by the binary operations, then the rule (the common case,
     equal batch shapes and dtypes, without helper calls: they cost more than a small closure operation)."""
     sa, sb = a._shape, b._shape
-    if op in _SAME_SHAPE and sa[-2:] != sb[-2:]:
-        raise ValueError(f"{op} needs matrices of equal (T, S); got shapes {tuple(sa)} and {tuple(sb)}")
     if op == "matmul" and sa[-1] != sb[-2]:
         raise ValueError(f"cannot multiply matrices of shapes {tuple(sa)} and {tuple(sb)}")
-    if sa[:-2] != sb[:-2]:
-        broadcast_batch(("left operand", sa[:-2]), ("right operand", sb[:-2]))
+    if sa != sb:  # (equal shapes pass the other checks, without the slices' microseconds)
+        if op in _SAME_SHAPE and sa[-2:] != sb[-2:]:
+            raise ValueError(f"{op} needs matrices of equal (T, S); got shapes {tuple(sa)} and {tuple(sb)}")
+        if sa[:-2] != sb[:-2]:
+            broadcast_batch(("left operand", sa[:-2]), ("right operand", sb[:-2]))
     if a._device != b._device:
         raise ValueError(f"operands are on different devices: {a.device} and {b.device}")
     if a._dtype != b._dtype:

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from structmat.core.validation import trusted_parameters
+from structmat.core.validation import trusted_call
 
 __all__ = ["Rule", "register", "rules", "resolve", "apply", "OPERATIONS", "FALLBACK", "NoRuleError"]
 
@@ -183,5 +183,4 @@ def apply(op: str, *operands):
     if rule is None:
         names = ", ".join(type(x).__name__ for x in operands)
         raise NoRuleError(f"no structured {op} for {names}")
-    with trusted_parameters():  # the operands were checked when they were made
-        return rule.fn(*operands)
+    return trusted_call(rule.fn, *operands)  # the operands were checked when they were made

@@ -99,8 +99,21 @@ def _record(M) -> _Kept | None:
     params = _tensors(M, [], set())
     if grad and any(p.requires_grad for p in params):
         return None
-    M._small = _Kept([(p, _version(p)) for p in params])
+    M._small = _Kept([(p, _version(p)) for p in _distinct(params)])
     return M._small
+
+
+def _distinct(params: list[torch.Tensor]) -> list[torch.Tensor]:
+    """``params`` without repeats and without views of others among them (a view shares its base's version counter
+    and gradient flag): each costs a check on every use of the record."""
+    ids = {id(p) for p in params}
+    seen: set[int] = set()
+    out = []
+    for p in params:
+        if id(p) not in seen and id(p._base) not in ids:
+            seen.add(id(p))
+            out.append(p)
+    return out
 
 
 def keep(M, key, build: Callable[[], object]) -> object:

@@ -117,8 +117,8 @@ class OneSS(SSS):
         M = object.__new__(OneSS)
         ones = None if b is not None and c is not None else \
             torch.ones((), dtype=log_a.dtype, device=log_a.device).expand(*log_a.shape, 1)
-        M._set(Generators(Transitions(log_a, "log", decays), ones if b is None else b[..., None],
-                          ones if c is None else c[..., None]), lower, batch)
+        M._set(Transitions(log_a, "log", decays), ones if b is None else b[..., None], ones if c is None else c[..., None],
+               None, lower, batch)
         M.log_a, M.b, M.c = M.transitions.values, b, c
         return M
 

@@ -121,13 +121,20 @@ class SSS(StructuredMatrix):
         """The SSS of generators that an operation computed from checked matrices: on one device, with shapes
         that fit (``batch`` their broadcast batch). Dtypes are promoted; nothing is checked (a closure
         operation on small matrices costs less than the constructor's checks)."""
+        return cls._parts(G.A, G.B, G.C, G.D, lower, batch)
+
+    @classmethod
+    def _parts(cls, A: Transitions, B: torch.Tensor, C: torch.Tensor, D: torch.Tensor | None, lower: bool,
+               batch: tuple[int, ...]) -> SSS:
+        """:meth:`_assemble` of the generators' parts (without a ``Generators``: its construction costs a tenth of
+        a small sum)."""
         M = object.__new__(SSS)
-        M._set(G, lower, batch)
+        M._set(A, B, C, D, lower, batch)
         return M
 
-    def _set(self, G: Generators, lower: bool, batch: tuple[int, ...]) -> None:
-        """The state of an SSS with generators ``G`` (see :meth:`_assemble`)."""
-        A, B, C, D = G.A, G.B, G.C, G.D
+    def _set(self, A: Transitions, B: torch.Tensor, C: torch.Tensor, D: torch.Tensor | None, lower: bool,
+             batch: tuple[int, ...]) -> None:
+        """The state of an SSS with generators ``(A, B, C, D)`` (see :meth:`_assemble`)."""
         dtype = B.dtype
         if C.dtype != dtype or (D is not None and D.dtype != dtype) or A.values.dtype != dtype:  # else nothing to cast
             for t in (C, D):

@@ -8,6 +8,7 @@ import torch
 from conftest import C128, F64, close, randn
 
 import structmat as sm
+from structmat.linalg import toeplitz_solvers
 
 
 def well_posed(T, seed, dtype=F64, batch=()):
@@ -81,8 +82,16 @@ CASES = {
 }
 
 
+@pytest.fixture(params=["dense", "levinson"])
+def generators_path(request, monkeypatch):
+    """The inverse's generators from the dense inverse (short matrices) or from Levinson with its fallbacks."""
+    if request.param == "levinson":
+        monkeypatch.setattr(toeplitz_solvers, "DENSE_GENERATORS_MAX", 0)
+    return request.param
+
+
 @pytest.mark.parametrize("name", list(CASES))
-def test_invertible_without_levinson(name):
+def test_invertible_without_levinson(name, generators_path):
     c, r = CASES[name]
     dense = sl.toeplitz(c, r)
     assert abs(np.linalg.det(dense)) > 1e-6 * np.abs(dense).max() ** len(c)
@@ -104,7 +113,7 @@ def test_the_cases_are_what_they_say():
         sl.solve_toeplitz(CASES["c0 = 0, T = 9"], np.ones(9))
 
 
-def test_fallback_gradcheck_and_batch_mix():
+def test_fallback_gradcheck_and_batch_mix(generators_path):
     """A batch of one matrix with c[0] = 0 beside well-posed ones: every entry right, gradients too."""
     c, r = well_posed(6, 21, batch=(3,))
     c[1, 0] = 0.0
@@ -121,7 +130,7 @@ def test_fallback_gradcheck_and_batch_mix():
     (np.cos(0.3 * np.arange(6)), np.cos(0.3 * np.arange(6)), "singular"),               # rank 2
     (np.r_[0.0, 1.0, 0.0], np.r_[0.0, 0.0, 0.0], "singular"),                          # the shift: zero pivot
 ])
-def test_singular_toeplitz_raises(c, r, match):
+def test_singular_toeplitz_raises(c, r, match, generators_path):
     M = sm.Toeplitz(torch.as_tensor(c), torch.as_tensor(r))
     with pytest.raises(sm.SingularMatrixError, match=match):
         M.solve(torch.ones(len(c), dtype=F64))
@@ -235,3 +244,18 @@ def test_causal_long_solve_keeps_the_inverse_spectrum(dtype):
     assert X.dtype == F64
     close(X, sl.solve_triangular(dense if dtype == F64 else np.tril(sl.toeplitz(c.numpy(), np.zeros(T))),
                                  randn(T, seed=3, dtype=torch.float32).double().numpy(), lower=True), rtol=1e-10)
+
+
+@pytest.mark.parametrize("dtype", [F64, C128, torch.float32])
+def test_dense_and_levinson_generators_agree(dtype, monkeypatch):
+    """A batch of well-posed matrices at the crossover: the two paths give the same inverse."""
+    T = toeplitz_solvers.DENSE_GENERATORS_MAX
+    c, r = well_posed(T, 41, dtype, batch=(2,))
+    dense = toeplitz_solvers.toeplitz_inverse_generators(c, r)
+    monkeypatch.setattr(toeplitz_solvers, "DENSE_GENERATORS_MAX", 0)
+    levinson = toeplitz_solvers.toeplitz_inverse_generators(c, r)
+    X = randn(T, 3, seed=42, dtype=dtype)
+    want = torch.linalg.solve(torch.as_tensor(np.stack([sl.toeplitz(ci, ri) for ci, ri in zip(c.numpy(), r.numpy())])), X)
+    rtol = 1e-5 if dtype == torch.float32 else 1e-10
+    close(dense.apply(X), want, rtol=rtol, atol=rtol)
+    close(levinson.apply(X), want, rtol=rtol, atol=rtol)
