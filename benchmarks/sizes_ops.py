@@ -14,6 +14,7 @@ planner's regret (auto, planning included, over the best order) median <= 1.05, 
 from __future__ import annotations
 
 import gc
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -91,10 +92,14 @@ _DENSE_OPS = {"+": (lambda a, b: a + b), "@": (lambda a, b: a @ b), "inv": (lamb
 
 
 def closure(compare) -> list[dict]:
-    """``+``, ``@`` and ``inv`` of every class of the closure table against the same op on the dense matrices."""
+    """``+``, ``@`` and ``inv`` of every class of the closure table against the same op on the dense matrices
+    (only the classes named in ``$SIZES_CLASSES``, comma-separated, where it is set: for quick comparisons)."""
     rows = []
+    only = os.environ.get("SIZES_CLASSES")
     for T in GRID.closure_T:
         for cls, ops in CLOSURE_OPS.items():
+            if only and cls not in only.split(","):
+                continue
             a, b = _operands(cls, T, torch.Generator().manual_seed(T))
             da, db = a.to_dense(), b.to_dense()
             for op in ops:
