@@ -26,18 +26,17 @@ transitions ``A_k P_{k-1}``), else of order ``n + 1`` (``docs/deviations.md``, i
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from structmat.core.transitions import Transitions
 from structmat.core.validation import check_overflow
+from structmat.linalg.quasiseparable_inverse_host import host_inverse
 from structmat.linalg.quasiseparable_lu import (
     LU_BLOCK,
     DenseParts,
     LUFactors,
     chunked_steps,
     dense_parts,
-    host,
     host_steps_apply,
     lu_recurrence,
 )
@@ -71,22 +70,16 @@ def _affine_scan(b: torch.Tensor, beta: torch.Tensor, ell: torch.Tensor, L: int)
 
 
 def _local_scans(b, beta, ell, eye_u, eye_l) -> tuple[list[torch.Tensor], ...]:
-    """The chunk-local steps of :func:`_affine_scan` (``L`` Python steps, in numpy where
-    :func:`~structmat.linalg.quasiseparable_lu.host_steps_apply`): the states, and the products of ``beta`` and ``ell``."""
-    on_host = host_steps_apply(b, beta, ell)
-    if on_host:
-        b, beta, ell, eye_u, eye_l = host(b), host(beta), host(ell), host(eye_u), host(eye_l)
-    h, left, right = (np.zeros_like if on_host else torch.zeros_like)(b[..., 0, :, :]), eye_u, eye_l
+    """The chunk-local steps of :func:`_affine_scan` (``L`` Python steps): the states, and the products of ``beta``
+    and ``ell``."""
+    h, left, right = torch.zeros_like(b[..., 0, :, :]), eye_u, eye_l
     hs, lefts, rights = [], [], []
-    with np.errstate(all="ignore"):  # an overflow is reported after the steps (check_overflow), as in torch
-        for t in range(b.shape[-3]):
-            h = b[..., t, :, :] + beta[..., t, :, :] @ h @ ell[..., t, :, :]
-            left, right = beta[..., t, :, :] @ left, right @ ell[..., t, :, :]
-            hs.append(h)
-            lefts.append(left)
-            rights.append(right)
-    if on_host:
-        return tuple([torch.from_numpy(x) for x in xs] for xs in (hs, lefts, rights))
+    for t in range(b.shape[-3]):
+        h = b[..., t, :, :] + beta[..., t, :, :] @ h @ ell[..., t, :, :]
+        left, right = beta[..., t, :, :] @ left, right @ ell[..., t, :, :]
+        hs.append(h)
+        lefts.append(left)
+        rights.append(right)
     return hs, lefts, rights
 
 
@@ -138,7 +131,8 @@ def quasiseparable_inverse(lower: Generators, upper: Generators, d: torch.Tensor
     ``n_u + 1``), and its diagonal ``(*, T)``. See the module docstring.
 
     The LU in blocks (:func:`~structmat.linalg.quasiseparable_lu.lu_recurrence`, ``T / L`` Python steps), the
-    backward states by a blocked scan (``L + T / L`` steps). No pivoting: raises
+    backward states by a blocked scan (``L + T / L`` steps); all of it in numpy where
+    :func:`~structmat.linalg.quasiseparable_lu.host_steps_apply` (:mod:`structmat.linalg.quasiseparable_inverse_host`). No pivoting: raises
     :class:`~structmat.SingularMatrixError` when a leading principal minor vanishes, or when the
     inverse overflows.
 
@@ -152,6 +146,8 @@ def quasiseparable_inverse(lower: Generators, upper: Generators, d: torch.Tensor
     True
     """
     parts = dense_parts(lower, upper, d, batch)
+    if d.shape[-1] and host_steps_apply(*vars(parts).values()):
+        return host_inverse(parts)
     f = lu_recurrence(parts)
     v = f.g / f.delta[..., None]
     Z = _backward_states(parts, f, v)

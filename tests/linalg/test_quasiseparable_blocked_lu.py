@@ -7,6 +7,7 @@ from conftest import F64, close
 
 import structmat as sm
 import structmat.linalg.quasiseparable_inverse as qs_inverse
+import structmat.linalg.quasiseparable_inverse_host as qs_host
 import structmat.linalg.quasiseparable_lu as qs_lu
 
 
@@ -29,6 +30,7 @@ def _matrix(T, n, seed, kind="dense", batch=(), shift=4.0):
 def block(request, monkeypatch):
     monkeypatch.setattr(qs_lu, "LU_BLOCK", request.param)
     monkeypatch.setattr(qs_inverse, "LU_BLOCK", request.param)
+    monkeypatch.setattr(qs_host, "HOST_BLOCK", request.param)
     return request.param
 
 
@@ -50,6 +52,30 @@ def test_numpy_and_torch_steps_agree(block, grad):
     close(M.inv().to_dense().detach(), torch.linalg.inv(M.to_dense().detach()), rtol=1e-11)
 
 
+@pytest.mark.parametrize("T", [3, 4, 5, 14, 40])
+@pytest.mark.parametrize("dtype,rtol", [(torch.float32, 1e-6), (F64, 1e-13)])
+def test_numpy_inverse_equals_torch_inverse(monkeypatch, T, dtype, rtol):
+    """The whole numpy path (no gradient on the CPU) against the torch one, both in chunks of 4, batched, orders
+    (2, 3): the same algorithm, so the same inverse to rounding (their differences: summation orders)."""
+    monkeypatch.setattr(qs_inverse, "LU_BLOCK", 4)
+    monkeypatch.setattr(qs_lu, "LU_BLOCK", 4)
+    monkeypatch.setattr(qs_host, "HOST_BLOCK", 4)
+    lower_order_2, upper_order_3 = _matrix(T, 2, seed=T, batch=(2,)), _matrix(T, 3, seed=T + 1, batch=(2,))
+    M = sm.Quasiseparable(lower_order_2.lower_part, upper_order_3.upper_part, lower_order_2.diag).to(dtype)
+    lower, upper, diag = M.lower_part.generators, M.upper_part.generators, M.diag
+    on_host = qs_inverse.quasiseparable_inverse(lower, upper, diag, (2,))
+    monkeypatch.setattr(qs_inverse, "host_steps_apply", lambda *tensors: False)
+    in_torch = qs_inverse.quasiseparable_inverse(lower, upper, diag, (2,))
+    for got, want in zip(on_host, in_torch):
+        if isinstance(got, torch.Tensor):
+            close(got, want, rtol=rtol)
+            continue
+        assert got.order == want.order
+        for x, y in [(got.A.matrices(got.order), want.A.matrices(want.order)), (got.B, want.B), (got.C, want.C)]:
+            assert x.dtype == y.dtype == dtype
+            close(x, y, rtol=rtol)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.complex128])
 def test_inverse_in_float32_and_complex(dtype):
     M = _matrix(50, 2, seed=3).to(dtype)
@@ -61,9 +87,11 @@ def test_inverse_in_float32_and_complex(dtype):
     close(X.to_dense().to(want.dtype), want, rtol=1e-5 if dtype == torch.float32 else 1e-11)
 
 
-def test_zero_minor_inside_a_later_chunk_is_named(block):
-    """``a_k = 0`` cuts row and column ``k`` off from the rows before, so ``d_k = 0`` makes minor ``k + 1`` exactly 0."""
-    T, k = 10, 6
+@pytest.mark.parametrize("k", [2, 6])
+def test_zero_minor_inside_a_later_chunk_is_named(block, k):
+    """``a_k = 0`` cuts row and column ``k`` off from the rows before, so ``d_k = 0`` makes minor ``k + 1`` exactly 0
+    (``k = 2`` ends the first chunk of 3: its block is exactly singular, where numpy's solve raises)."""
+    T = 10
     a = torch.full((T,), 0.5, dtype=F64)
     a[k] = 0.0
     lower = sm.OneSS.from_decays(a)
