@@ -31,32 +31,72 @@ import torch
 from structmat.core.transitions import Transitions
 from structmat.core.validation import check_overflow
 from structmat.linalg.quasiseparable_inverse_host import host_inverse
-from structmat.linalg.quasiseparable_lu import DenseParts, LUFactors, dense_parts, host_steps_apply, lu_recurrence
+from structmat.linalg.quasiseparable_lu import (
+    LU_BLOCK,
+    DenseParts,
+    LUFactors,
+    chunked_steps,
+    dense_parts,
+    host_steps_apply,
+    lu_recurrence,
+)
 from structmat.linalg.semiseparable import Generators
 
 __all__ = ["quasiseparable_inverse"]
 
 
+def _affine_scan(b: torch.Tensor, beta: torch.Tensor, ell: torch.Tensor, L: int) -> torch.Tensor:
+    """``h_j = b_j + beta_j h_{j-1} ell_j`` (``h_{-1} = 0``) along ``-3``, in chunks of ``L``: every chunk scans from 0
+    at once (``L`` Python steps, keeping its products ``beta_j ... beta_start`` and ``ell_start ... ell_j``), the
+    states entering the chunks follow in ``m - 1`` steps, and each chunk adds its entering state through its
+    products. Inside a chunk the sums nest as in the plain recurrence."""
+    n = b.shape[-3]
+    if n == 0:
+        return b.clone()
+    L = min(L, n)
+    m = -(-n // L)
+    eye_u, eye_l = (torch.eye(x.shape[-1], dtype=x.dtype, device=x.device) for x in (beta, ell))
+    b, beta, ell = chunked_steps(b, 2, m, L, b.new_zeros(())), chunked_steps(beta, 2, m, L, eye_u), chunked_steps(ell, 2, m, L, eye_l)
+    hs, lefts, rights = _local_scans(b, beta, ell, eye_u, eye_l)
+    h, left, right = hs[-1], lefts[-1], rights[-1]
+    H = torch.zeros_like(h[..., 0, :, :])
+    entering = [H]
+    for c in range(m - 1):
+        H = h[..., c, :, :] + left[..., c, :, :] @ H @ right[..., c, :, :]
+        entering.append(H)
+    H = torch.stack(entering, dim=-3)[..., None, :, :]
+    out = torch.stack(hs, dim=-3) + torch.stack(lefts, dim=-3) @ H @ torch.stack(rights, dim=-3)
+    return out.flatten(-4, -3)[..., :n, :, :]
+
+
+def _local_scans(b, beta, ell, eye_u, eye_l) -> tuple[list[torch.Tensor], ...]:
+    """The chunk-local steps of :func:`_affine_scan` (``L`` Python steps): the states, and the products of ``beta``
+    and ``ell``."""
+    h, left, right = torch.zeros_like(b[..., 0, :, :]), eye_u, eye_l
+    hs, lefts, rights = [], [], []
+    for t in range(b.shape[-3]):
+        h = b[..., t, :, :] + beta[..., t, :, :] @ h @ ell[..., t, :, :]
+        left, right = beta[..., t, :, :] @ left, right @ ell[..., t, :, :]
+        hs.append(h)
+        lefts.append(left)
+        rights.append(right)
+    return hs, lefts, rights
+
+
 def _backward_states(parts: DenseParts, f: LUFactors, v: torch.Tensor) -> torch.Tensor:
-    """``Z_k`` for every ``k``, shape ``(*, T, n_u, n_l)``: ``O(T n_l n_u (n_l + n_u))``, a Python step per position."""
+    """``Z_k`` for every ``k``, shape ``(*, T, n_u, n_l)``: ``O(T n_l n_u (n_l + n_u))`` in ``L + T / L`` Python steps
+    (:func:`_affine_scan` in reversed time, ``L`` the LU's chunk)."""
     A, C, Au, Cu, delta = parts.A, parts.C, parts.Au, parts.Cu, f.delta
     eye_l = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
     eye_u = torch.eye(Au.shape[-1], dtype=A.dtype, device=A.device)
-    ell = (eye_l - f.s[..., :, None] * C[..., None, :]) @ A
-    beta = Au.mT @ (eye_u - Cu[..., :, None] * v[..., None, :])
-    p = (A.mT @ C[..., None])[..., 0]
-    h = (Au.mT @ Cu[..., None])[..., 0]
-    base = h[..., :, None] * p[..., None, :] / delta[..., None, None]
-    T = delta.shape[-1]
-    if T == 0:
-        return base.clone()
-    bases, betas, ells = base.unbind(-3), beta.unbind(-3), ell.unbind(-3)
-    Z = torch.zeros_like(bases[0])
-    out = [Z]
-    for k in range(T - 1, 0, -1):
-        Z = bases[k] + betas[k] @ Z @ ells[k]
-        out.append(Z)
-    return torch.stack(out[::-1], dim=-3)
+    ell = (eye_l - f.s[..., 1:, :, None] * C[..., 1:, None, :]) @ A[..., 1:, :, :]
+    beta = Au[..., 1:, :, :].mT @ (eye_u - Cu[..., 1:, :, None] * v[..., 1:, None, :])
+    p = (A[..., 1:, :, :].mT @ C[..., 1:, :, None])[..., 0]
+    h = (Au[..., 1:, :, :].mT @ Cu[..., 1:, :, None])[..., 0]
+    base = h[..., :, None] * p[..., None, :] / delta[..., 1:, None, None]
+    flip = lambda x: torch.flip(x, (-3,))  # noqa: E731
+    Z = flip(_affine_scan(flip(base), flip(beta), flip(ell), LU_BLOCK))
+    return torch.cat([Z, Z.new_zeros(*Z.shape[:-3], min(delta.shape[-1], 1), *Z.shape[-2:])], dim=-3)
 
 
 def _realize(A: torch.Tensor, C: torch.Tensor, s: torch.Tensor, c: torch.Tensor) -> Generators:
@@ -90,8 +130,9 @@ def quasiseparable_inverse(lower: Generators, upper: Generators, d: torch.Tensor
     part (order ``n_l``, or ``n_l + 1``), of its transposed strictly-upper part (order ``n_u``, or
     ``n_u + 1``), and its diagonal ``(*, T)``. See the module docstring.
 
-    ``O(T n_l n_u (n_l + n_u))`` with two Python steps per position (in numpy where no gradient is wanted on the CPU:
-    :mod:`structmat.linalg.quasiseparable_inverse_host`). No pivoting: raises
+    The LU in blocks (:func:`~structmat.linalg.quasiseparable_lu.lu_recurrence`, ``T / L`` Python steps), the
+    backward states by a blocked scan (``L + T / L`` steps); all of it in numpy where
+    :func:`~structmat.linalg.quasiseparable_lu.host_steps_apply` (:mod:`structmat.linalg.quasiseparable_inverse_host`). No pivoting: raises
     :class:`~structmat.SingularMatrixError` when a leading principal minor vanishes, or when the
     inverse overflows.
 
@@ -105,7 +146,7 @@ def quasiseparable_inverse(lower: Generators, upper: Generators, d: torch.Tensor
     True
     """
     parts = dense_parts(lower, upper, d, batch)
-    if d.shape[-1] and host_steps_apply(parts.A, parts.B, parts.C, parts.Au, parts.Bu, parts.Cu, parts.d):
+    if d.shape[-1] and host_steps_apply(*vars(parts).values()):
         return host_inverse(parts)
     f = lu_recurrence(parts)
     v = f.g / f.delta[..., None]
