@@ -78,20 +78,6 @@ def overflow_checks_enabled() -> bool:
     return getattr(_STATE, "finite_checks", True) and not torch.compiler.is_compiling()
 
 
-class _Trusted:
-    """:func:`trusted_parameters`' block: :class:`thread_flag` for the one flag that every closure operation sets,
-    without its generic ``getattr`` / ``setattr`` (half its cost, on calls that take 20 us on small matrices)."""
-
-    __slots__ = ("previous",)
-
-    def __enter__(self) -> None:
-        self.previous = _STATE.trusted
-        _STATE.trusted = True
-
-    def __exit__(self, *exc) -> None:
-        _STATE.trusted = self.previous
-
-
 def trusted_call(fn: Callable[..., Any], *args: Any) -> Any:
     """``fn(*args)`` inside :func:`trusted_parameters` (without a context manager's own cost: every closure
     operation runs its rule so)."""
@@ -103,11 +89,11 @@ def trusted_call(fn: Callable[..., Any], *args: Any) -> Any:
         _STATE.trusted = previous
 
 
-def trusted_parameters() -> _Trusted:
+def trusted_parameters() -> thread_flag:
     """Within the block, constructors trust their parameters: the closure rules build results from
     operands that were checked when they were made (overflow is checked where it can arise, by
     :func:`check_overflow`)."""
-    return _Trusted()
+    return thread_flag(_STATE, "trusted", True, default=False)
 
 
 def skip_finite_checks() -> thread_flag:

@@ -121,15 +121,8 @@ class SSS(StructuredMatrix):
         """The SSS of generators that an operation computed from checked matrices: on one device, with shapes
         that fit (``batch`` their broadcast batch). Dtypes are promoted; nothing is checked (a closure
         operation on small matrices costs less than the constructor's checks)."""
-        return cls._parts(G.A, G.B, G.C, G.D, lower, batch)
-
-    @classmethod
-    def _parts(cls, A: Transitions, B: torch.Tensor, C: torch.Tensor, D: torch.Tensor | None, lower: bool,
-               batch: tuple[int, ...]) -> SSS:
-        """:meth:`_assemble` of the generators' parts (without a ``Generators``: its construction costs a tenth of
-        a small sum)."""
         M = object.__new__(SSS)
-        M._set(A, B, C, D, lower, batch)
+        M._set(G.A, G.B, G.C, G.D, lower, batch)
         return M
 
     def _set(self, A: Transitions, B: torch.Tensor, C: torch.Tensor, D: torch.Tensor | None, lower: bool,
