@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import sizes_ops as so  # noqa: E402
 
 assert sm.__file__.startswith(sys.argv[1]), sm.__file__
-so.CLOSURE_CLASSES = ("OneSS", "SSS(4)", "SSS(4, dense A)", "Toeplitz", "LowRank")
+so.CLASSES = ("OneSS", "SSS(4)", "SSS(4, dense A)", "Toeplitz", "LowRank")
 rows = so.closure(lambda *a, **k: so.local_compare(*a, **k, rounds=5))
 Path(sys.argv[2]).write_text(json.dumps(rows))
 for r in rows:

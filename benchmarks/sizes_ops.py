@@ -91,8 +91,8 @@ _OPS = {"+": (lambda a, b: a + b), "@": (lambda a, b: a @ b), "inv": (lambda a, 
 _DENSE_OPS = {"+": (lambda a, b: a + b), "@": (lambda a, b: a @ b), "inv": (lambda a, b: torch.linalg.inv(a))}
 
 
-#: The classes the closure section times (all where empty); ``--classes 'OneSS;SSS(4)'`` sets it.
-CLOSURE_CLASSES: tuple[str, ...] = ()
+#: The classes the closure and planner sections time (all where empty); ``--classes 'OneSS;SSS(4)'`` sets it.
+CLASSES: tuple[str, ...] = ()
 
 
 class Cycle:
@@ -125,7 +125,7 @@ def closure(compare) -> list[dict]:
     rows = []
     for T in GRID.closure_T:
         for cls, ops in CLOSURE_OPS.items():
-            if CLOSURE_CLASSES and cls not in CLOSURE_CLASSES:
+            if CLASSES and cls not in CLASSES:
                 continue
             g = torch.Generator().manual_seed(T)
             pairs = [_operands(cls, T, g) for _ in range(POOL_PAIRS)]
@@ -214,6 +214,8 @@ def planner(compare) -> list[dict]:
         q, k = (torch.randn(B, T, H, N, generator=g) / N**0.5 for _ in range(2))
         v = torch.randn(B, T, H, P, generator=g)
         for name in masks:
+            if CLASSES and name not in CLASSES:
+                continue
             mask = _mask(name, T, H)
             auto = lambda: sm.sma(q, k, v, mask)  # noqa: E731
             timed = {order: compare(f"planner {order}", T, auto, lambda o=order: sm.sma(q, k, v, mask, order=o), cls=name)
@@ -266,10 +268,10 @@ def local_compare(case: str, T: int, ours: Callable[[], object], dense: Callable
 def main(argv: list[str]) -> None:
     """``python benchmarks/sizes_ops.py [section ...] [--T 16,256] [--classes 'OneSS;SSS(4)']``: each section's table,
     and its rows in ``benchmarks/results/sizes_ops_<section>_cpu.json``; ``--T`` restricts the closure and ``sma``
-    sizes, ``--classes`` the closure section's classes (for quick runs)."""
+    sizes, ``--classes`` the closure and planner sections' classes (for quick runs)."""
     from _report import table, write
 
-    global GRID, CLOSURE_CLASSES
+    global GRID, CLASSES
     sections = []
     args = iter(argv)
     for arg in args:
@@ -277,7 +279,7 @@ def main(argv: list[str]) -> None:
             sizes = tuple(int(T) for T in next(args).split(","))
             GRID = dataclasses.replace(GRID, closure_T=sizes, sma_T=sizes)
         elif arg == "--classes":
-            CLOSURE_CLASSES = tuple(next(args).split(";"))
+            CLASSES = tuple(next(args).split(";"))
         else:
             sections.append(arg)
     torch.set_num_threads(1)

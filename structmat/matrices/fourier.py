@@ -10,6 +10,7 @@ from structmat.core.base import StructuredMatrix
 from structmat.core.dtypes import complex_dtype, real_dtype
 from structmat.core.validation import as_tensor, check_dtype, check_finite
 from structmat.linalg.spectral import circular_apply, compute_dtype
+from structmat.linalg.toeplitz_dense import circulant_dense
 from structmat.matrices.toeplitz import Toeplitz
 
 __all__ = ["Fourier"]
@@ -124,9 +125,7 @@ class Fourier(StructuredMatrix):
         return self.kernel[..., :1].expand(self.shape[:-1])
 
     def to_dense(self) -> torch.Tensor:
-        T = self.shape[-1]
-        idx = (torch.arange(T, device=self.device)[:, None] - torch.arange(T, device=self.device)[None, :]) % max(T, 1)
-        return self.kernel[..., idx]
+        return circulant_dense(self.kernel)
 
     def _matmat(self, X: torch.Tensor) -> torch.Tensor:
         T = self.shape[-1]

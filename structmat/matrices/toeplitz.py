@@ -26,6 +26,7 @@ from structmat.core.validation import (
     trusted_parameters,
 )
 from structmat.linalg.spectral import circulant_spectrum, compute_dtype, fft_length, toeplitz_matmat
+from structmat.linalg.toeplitz_dense import toeplitz_dense
 from structmat.linalg.toeplitz_solvers import (
     DIRECT_INVERSE_MAX,
     InverseGenerators,
@@ -146,12 +147,7 @@ class Toeplitz(StructuredMatrix):
         return self.c[..., :1].expand(*self.batch_shape, n)
 
     def to_dense(self) -> torch.Tensor:
-        T, S = self.shape[-2:]
-        i = torch.arange(T, device=self.device)[:, None]
-        j = torch.arange(S, device=self.device)[None, :]
-        if T == 0 or S == 0:
-            return self.c.new_zeros(self.shape)
-        return torch.where(i >= j, self.c[..., (i - j).clamp(min=0)], self.r[..., (j - i).clamp(min=0)])
+        return toeplitz_dense(self.c, self.r)
 
     def _matmat(self, X: torch.Tensor) -> torch.Tensor:
         return toeplitz_matmat(self.c, self.r, X)

@@ -14,6 +14,7 @@ from structmat.attention.tuning import Tuning
 from structmat.core.base import StructuredMatrix
 from structmat.linalg.dense_form import DENSE_CHUNKED_T
 from structmat.matrices.dense import Dense
+from structmat.matrices.fourier import Fourier
 from structmat.matrices.quasiseparable import Quasiseparable
 from structmat.matrices.sss import SSS
 from structmat.matrices.toeplitz import Toeplitz
@@ -44,16 +45,16 @@ def einsum_flops(expr: str, *shapes) -> float:
 def dense_passes(mask: StructuredMatrix) -> float:
     """Elementwise passes over the ``T x S`` entries that ``mask.to_dense()`` makes, roughly: a semiseparable mask
     ten per state from whole segment products (up to ``DENSE_CHUNKED_T`` steps), two plus one per state in chunks;
-    a quasiseparable mask its parts and ten to add them (one transposed, a strided read); a Toeplitz mask
-    fourteen (two gathers through 64-bit index matrices and a select), a circulant one eight (one gather); a
+    a quasiseparable mask its parts and ten to add them (one transposed, a strided read); a Toeplitz or circulant
+    mask two (windows of one vector copied once, :mod:`structmat.linalg.toeplitz_dense`); other classes eight; a
     dense one none. Fitted by eye to the residuals of the planner's calibration (``benchmarks/calibrate_plan.py``)."""
     if isinstance(mask, Quasiseparable):
         return dense_passes(mask.lower_part) + dense_passes(mask.upper_part) + 10
     if isinstance(mask, SSS):
         n = max(1, mask.order)
         return 10 * n + 2 if mask.shape[-1] <= DENSE_CHUNKED_T else 2 + n
-    if isinstance(mask, Toeplitz):
-        return 14
+    if isinstance(mask, (Toeplitz, Fourier)):
+        return 2
     return 0 if isinstance(mask, Dense) else 8
 
 
