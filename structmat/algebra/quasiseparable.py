@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import torch
 
+from structmat.algebra.quasiseparable_decay import decay_matmul, decay_sides
 from structmat.algebra.semiseparable import (
     batch_of,
     build,
@@ -223,6 +224,8 @@ def _product_lower(M1: Quasiseparable, M2: Quasiseparable, batch, products: dict
 
 def qs_matmul(M1: Quasiseparable, M2: Quasiseparable) -> Quasiseparable:
     """``M1 @ M2`` for quasiseparable matrices: orders ``(n_l1 + n_l2, n_u1 + n_u2)``."""
+    if decay_sides(M1, M2):
+        return decay_matmul(M1, M2)
     batch = batch_of(M1, M2)
     products = {}  # segment products of the pairs of transitions, met by both halves
     lower = _product_lower(M1, M2, batch, products)
