@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from structmat.algebra.quasiseparable_decay import decay_matmul, decay_sides
+from structmat.algebra.quasiseparable_decay import decay_add, decay_matmul, decay_sides
 from structmat.algebra.semiseparable import (
     batch_of,
     build,
@@ -73,6 +73,8 @@ def _strict_sum(p1: SSS, p2: SSS, batch) -> SSS:
 
 def qs_add(a: Quasiseparable, b: Quasiseparable) -> Quasiseparable:
     """Parts and diagonals add: orders ``(n_l1 + n_l2, n_u1 + n_u2)``."""
+    if decay_sides(a, b):
+        return decay_add(a, b)
     batch = batch_of(a, b)
     return Quasiseparable._of(_strict_sum(a.lower_part, b.lower_part, batch), _strict_sum(a.upper_part, b.upper_part, batch),
                               a.diag + b.diag, batch)

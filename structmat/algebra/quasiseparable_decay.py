@@ -38,7 +38,7 @@ from structmat.linalg.semiseparable import Generators
 from structmat.matrices.quasiseparable import Quasiseparable
 from structmat.matrices.sss import SSS
 
-__all__ = ["PAIRS_DENSE_MAX_ENTRIES", "decay_sides", "decay_matmul"]
+__all__ = ["PAIRS_DENSE_MAX_ENTRIES", "decay_sides", "decay_add", "decay_matmul"]
 
 #: Most entries (``T x T`` times the batch) of the segment products from which the torch path takes the pair states
 #: (a few tensor operations, ``O(T^2)`` per row) rather than from first-order scans (``O(T)``, about 0.5 ms of fixed
@@ -60,10 +60,13 @@ def decay_sides(M1: Quasiseparable, M2: Quasiseparable) -> bool:
 
 
 def _sides(M1: Quasiseparable, M2: Quasiseparable, batch, T: int) -> list[tuple[torch.Tensor, ...]]:
-    """``(log decays (*batch, T), b, c (*batch, T, 1))`` of the sides ``1l, 1u, 2l, 2u``."""
-    out = []
+    """``(log decays (*batch, T), b, c (*batch, T, 1))`` of the sides ``1l, 1u, 2l, 2u`` (expanded where a side has a
+    smaller batch: each expand and each shape check costs about a microsecond, so a side at the batch is checked once)."""
+    full, out = (*batch, T), []
     for P in (M1.lower_part, M1.upper_part, M2.lower_part, M2.upper_part):
-        out.append((fit(P.transitions.values, *batch, T), fit(P.B, *batch, T, 1), fit(P.C, *batch, T, 1)))
+        A, B, C = P.transitions.values, P.B, P.C
+        out.append((A, B, C) if B.shape[:-1] == full == C.shape[:-1] == A.shape else
+                   (fit(A, *full), fit(B, *full, 1), fit(C, *full, 1)))
     return out
 
 
@@ -75,6 +78,23 @@ def _parts(A, B, C, diag: torch.Tensor, batch) -> Quasiseparable:
     lower = SSS._assemble(Generators(Transitions(Al, "dense"), Bl, Cl, zeros), True, batch)
     upper = SSS._assemble(Generators(Transitions(Au, "dense"), Bu, Cu, zeros), False, batch)
     return Quasiseparable._of(lower, upper, diag, batch)
+
+
+def decay_add(M1: Quasiseparable, M2: Quasiseparable) -> Quasiseparable:
+    """``M1 + M2`` for operands with 1-SS sides (:func:`decay_sides`): on each side the decays side by side as
+    diagonal transitions ``[a1, a2]`` and the maps ``[b1, b2]``, ``[c1, c2]``; orders ``(2, 2)``. The generic sum's
+    tensor operations (:func:`~structmat.algebra.quasiseparable.qs_add`) without its checks of kinds and shapes,
+    which cost more than the operations here (measured, one thread, T = 16: 92 us against 122 us)."""
+    batch = batch_of(M1, M2)
+    (l1, b1l, c1l), (m1, b1u, c1u), (l2, b2l, c2l), (m2, b2u, c2u) = _sides(M1, M2, batch, M1.shape[-1])
+    zeros = M1.lower_part.D  # (a strict part's zero diagonal, of the shape of its maps)
+    zeros = zeros if zeros.shape == b1l.shape[:-1] else zeros.expand(b1l.shape[:-1])
+    lower = Generators(Transitions(torch.exp(torch.stack([l1, l2], -1)), "diag"), torch.cat([b1l, b2l], -1),
+                       torch.cat([c1l, c2l], -1), zeros)
+    upper = Generators(Transitions(torch.exp(torch.stack([m1, m2], -1)), "diag"), torch.cat([b1u, b2u], -1),
+                       torch.cat([c1u, c2u], -1), zeros)
+    return Quasiseparable._of(SSS._assemble(lower, True, batch), SSS._assemble(upper, False, batch), M1.diag + M2.diag,
+                              batch)
 
 
 def _host_pair_states(fg: np.ndarray, u: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

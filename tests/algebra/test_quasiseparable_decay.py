@@ -1,6 +1,7 @@
-"""Products of quasiseparable matrices with 1-SS sides (:mod:`structmat.algebra.quasiseparable_decay`): each of its
-three paths (numpy with LAPACK scans, torch segment products, torch scans) against dense float64 / complex128
-arithmetic over random shapes, batches, dtypes and exact zero decays; the paths against each other; gradients."""
+"""Sums and products of quasiseparable matrices with 1-SS sides (:mod:`structmat.algebra.quasiseparable_decay`): the
+sum and each of the product's three paths (numpy with LAPACK scans, torch segment products, torch scans) against
+dense float64 / complex128 arithmetic over random shapes, batches, dtypes and exact zero decays; the paths against
+each other; gradients."""
 
 import pytest
 import torch
@@ -42,17 +43,29 @@ def _operand(T: int, batches: tuple, dtype, seed: int, *, scaled: bool = True, c
     return sm.Quasiseparable.bidirectional(fwd, bwd, 2 + randn(*batches[2], T, seed=seed + 4, dtype=dtype))
 
 
-def _check(R: sm.Quasiseparable, a: sm.Quasiseparable, b: sm.Quasiseparable, rtol: float) -> None:
+BATCHES = [((), (), ()), ((3,), (3,), (3,)), ((2, 1), (1, 3), (3,)), ((2,), (), (1,)), ((0,), (0,), ())]
+
+
+def _check(R: sm.Quasiseparable, a: sm.Quasiseparable, b: sm.Quasiseparable, rtol: float, op=torch.matmul) -> None:
     wide = C128 if R.dtype.is_complex else F64
-    want = a.to_dense().to(wide) @ b.to_dense().to(wide)
+    want = op(a.to_dense().to(wide), b.to_dense().to(wide))
     assert isinstance(R, sm.Quasiseparable) and R.order == (2, 2)
     assert R.dtype == a.dtype and R.shape == want.shape
     close(R.to_dense().to(wide), want, rtol=rtol, atol=rtol)
 
 
+@given(T=st.integers(0, 40), dtype=st.sampled_from([torch.float32, F64, C128]), batches=st.sampled_from(BATCHES),
+       scaled=st.booleans(), seed=st.integers(0, 1000))
+def test_decay_sum_equals_dense(T, dtype, batches, scaled, seed):
+    a, b = _operand(T, batches, dtype, seed, scaled=scaled, cut=True), _operand(T, batches[::-1], dtype, seed + 7)
+    assert QD.decay_sides(a, b)
+    R = a + b
+    _check(R, a, b, 1e-5 if dtype == torch.float32 else 1e-12, torch.add)
+    assert R.lower_part.transitions.kind == R.upper_part.transitions.kind == "diag"
+
+
 @pytest.mark.parametrize("path", PATHS)
-@given(T=st.integers(0, 40), dtype=st.sampled_from([torch.float32, F64, C128]),
-       batches=st.sampled_from([((), (), ()), ((3,), (3,), (3,)), ((2, 1), (1, 3), (3,)), ((2,), (), (1,)), ((0,), (0,), ())]),
+@given(T=st.integers(0, 40), dtype=st.sampled_from([torch.float32, F64, C128]), batches=st.sampled_from(BATCHES),
        scaled=st.booleans(), cut=st.booleans(), seed=st.integers(0, 1000))
 def test_decay_product_equals_dense(path, T, dtype, batches, scaled, cut, seed):
     with pytest.MonkeyPatch.context() as monkeypatch:
@@ -93,8 +106,9 @@ def test_strong_decays_and_exact_zeros_stay_accurate():
 
 
 @pytest.mark.parametrize("path", PATHS[1:])
-def test_decay_product_gradients(path, monkeypatch):
-    """Through the torch paths (a gradient wanted): to the log decays, the maps and the diagonal of both operands."""
+def test_decay_closure_gradients(path, monkeypatch):
+    """The product through the torch paths (a gradient wanted), and the sum: to the log decays, the maps and the
+    diagonal of both operands."""
     _use(path, monkeypatch)
     T = 6
     log_a, log_b = torch.log(0.3 + 0.6 * rand(2, T, seed=1)), torch.log(0.3 + 0.6 * rand(2, T, seed=2))
@@ -105,7 +119,7 @@ def test_decay_product_gradients(path, monkeypatch):
         a = sm.Quasiseparable.bidirectional(sm.OneSS(log_a[0], b=maps[0], c=maps[1]), sm.OneSS(log_a[1]), diag)
         b = sm.Quasiseparable.bidirectional(sm.OneSS(log_b[0]), sm.OneSS(log_b[1], b=maps[2], c=maps[3]), diag.flip(0))
         assert QD.decay_sides(a, b)
-        return (a @ b).to_dense()
+        return torch.stack([(a @ b).to_dense(), (a + b).to_dense()])
 
     assert torch.autograd.gradcheck(product, params)
 
