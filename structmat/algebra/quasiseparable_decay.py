@@ -70,16 +70,6 @@ def _sides(M1: Quasiseparable, M2: Quasiseparable, batch, T: int) -> list[tuple[
     return out
 
 
-def _parts(A, B, C, diag: torch.Tensor, batch) -> Quasiseparable:
-    """The quasiseparable matrix of the ``[lower, upper]`` pairs of generators ``A, B, C`` (strict parts: zero
-    diagonals)."""
-    zeros = torch.zeros((), dtype=diag.dtype, device=diag.device).expand(diag.shape)
-    (Al, Au), (Bl, Bu), (Cl, Cu) = A, B, C
-    lower = SSS._assemble(Generators(Transitions(Al, "dense"), Bl, Cl, zeros), True, batch)
-    upper = SSS._assemble(Generators(Transitions(Au, "dense"), Bu, Cu, zeros), False, batch)
-    return Quasiseparable._of(lower, upper, diag, batch)
-
-
 def decay_add(M1: Quasiseparable, M2: Quasiseparable) -> Quasiseparable:
     """``M1 + M2`` for operands with 1-SS sides (:func:`decay_sides`): on each side the decays side by side as
     diagonal transitions ``[a1, a2]`` and the maps ``[b1, b2]``, ``[c1, c2]``; orders ``(2, 2)``. The generic sum's
@@ -87,7 +77,7 @@ def decay_add(M1: Quasiseparable, M2: Quasiseparable) -> Quasiseparable:
     which cost more than the operations here (measured, one thread, T = 16: 92 us against 122 us)."""
     batch = batch_of(M1, M2)
     (l1, b1l, c1l), (m1, b1u, c1u), (l2, b2l, c2l), (m2, b2u, c2u) = _sides(M1, M2, batch, M1.shape[-1])
-    zeros = M1.lower_part.D  # (a strict part's zero diagonal, of the shape of its maps)
+    zeros = M1.lower_part.D  # (a strict part's zero diagonal: reused, at the batch)
     zeros = zeros if zeros.shape == b1l.shape[:-1] else zeros.expand(b1l.shape[:-1])
     lower = Generators(Transitions(torch.exp(torch.stack([l1, l2], -1)), "diag"), torch.cat([b1l, b2l], -1),
                        torch.cat([c1l, c2l], -1), zeros)
@@ -104,9 +94,10 @@ def _host_pair_states(fg: np.ndarray, u: np.ndarray, y: np.ndarray) -> tuple[np.
     (``f_i h_{i-1}``, never ``h_i - u_i``, which cancels under strong decays). Complex maps: their real and imaginary
     parts as two columns."""
     R, T = u.shape
-    a = np.exp(fg.astype(np.float64))
-    band = np.zeros((2, R, T, 2))  # per row the transpose of LAPACK's band storage of the unit bidiagonal I - S diag(a)
-    band[..., 0] = 1.0
+    a = np.exp(fg.astype(np.float64, copy=False))
+    # per row the transpose of LAPACK's band storage of the unit bidiagonal I - S diag(a): dtbtrs reads only the
+    # subdiagonal (diag="U": the ones are implied, the last column's slot below the band is outside the matrix)
+    band = np.empty((2, R, T, 2))
     np.negative(a[..., 1:], out=band[..., :-1, 1])
     complex_maps = np.iscomplexobj(u)
     h = np.empty((2, R, 1 + complex_maps, T))  # (solved in place: h[., r].T is Fortran-ordered)
@@ -185,4 +176,8 @@ def decay_matmul(M1: Quasiseparable, M2: Quasiseparable) -> Quasiseparable:
         A, B, C, diag = _product_generators(rows, torch.exp(logs.unflatten(0, (2, 2))), z, v,
                                             lambda s: maps.new_empty(s))
         A, B, C = A.unbind(0), B.unbind(0), C.unbind(0)
-    return _parts(A, B, C, diag, batch)
+    zeros = M1.lower_part.D  # (a strict part's zero diagonal: reused, at the batch)
+    zeros = zeros if zeros.shape == diag.shape else zeros.expand(diag.shape)
+    lower = SSS._assemble(Generators(Transitions(A[0], "dense"), B[0], C[0], zeros), True, batch)
+    upper = SSS._assemble(Generators(Transitions(A[1], "dense"), B[1], C[1], zeros), False, batch)
+    return Quasiseparable._of(lower, upper, diag, batch)
