@@ -10,7 +10,9 @@ come from one matrix-valued recurrence:
   ``(A2, B2, V^T B1)`` and upper part ``(A1, B1, V B2)``.
 
 The lower cross part joins the input map of the ``L1`` block of ``(L1 + D1)(L2 + D2)`` and the output
-map of its ``L2`` block, so the orders are ``(n_l1 + n_l2, n_u1 + n_u2)``. The inverse comes from the
+map of its ``L2`` block, so the orders are ``(n_l1 + n_l2, n_u1 + n_u2)``. The upper part of ``M1 M2`` is that
+of ``(M2^T M1^T)^T``, whose pair states are ``W^T`` and ``V^T``: each is formed once. Operands whose four sides are
+1-SS decays (LION) add and multiply by :mod:`structmat.algebra.quasiseparable_decay`. The inverse comes from the
 generators by Eidelman and Gohberg's recursion (:mod:`structmat.linalg.quasiseparable_inverse`):
 every quantity it forms is a piece of ``M^{-1}`` (never the two triangular factors' inverses, whose
 product cancels), orders unchanged.

@@ -1,12 +1,12 @@
-"""Sums and products of quasiseparable matrices whose four sides are 1-SS decays, in a few stacked tensor operations.
+"""Sums and products of quasiseparable matrices whose four sides are 1-SS decays, in few array operations.
 
-The LION and Hydra masks (``Quasiseparable.bidirectional`` of two ``OneSS``, ``Quasiseparable.lion``) have on each
-side an order-1 SSS with log decays: ``M[i, j] = c_i (a_{j+1} ... a_i) b_j`` below the diagonal and the same form of
-the transpose above. For these the closure formulas of :mod:`structmat.algebra.quasiseparable` reduce to scalars per
-step, and the lower part of a product and (the transpose of) its upper part are one computation on tensors with a
-leading axis of two, ``[lower, upper]``: ``(M1 M2)^T = M2^T M1^T`` swaps the roles of the operands' sides. A closure
-operation on small matrices costs its number of tensor operations (several microseconds each, on tensors of ``T``
-entries), so each step below serves both parts.
+The LION masks and every ``Quasiseparable.bidirectional`` of two ``OneSS`` (``Quasiseparable.lion``, ``lion_decay``)
+have on each side an order-1 SSS with log decays: ``M[i, j] = c_i (a_{j+1} ... a_i) b_j`` below the diagonal and the
+same form of the transpose above. For these the closure formulas of :mod:`structmat.algebra.quasiseparable` reduce
+to scalars per step, and the lower part of a product and (the transpose of) its upper part are one computation on
+tensors with a leading axis of two, ``[lower, upper]``: ``(M1 M2)^T = M2^T M1^T`` swaps the roles of the operands'
+sides. A closure operation on small matrices costs its number of tensor operations (several microseconds each, on
+tensors of ``T`` entries), so each step below serves both parts.
 
 Notation: ``1``, ``2`` the operands; ``l``, ``u`` their lower and upper sides (the upper one by the generators of its
 transpose); ``a`` decays, ``b`` input maps, ``c`` output maps, ``d`` diagonals. The cross terms ``L1 U2`` and
@@ -21,6 +21,7 @@ transpose); ``a`` decays, ``b`` input maps, ``c`` output maps, ``d`` diagonals. 
 * diagonal ``d1 d2 + c1l c2u z + b1u b2l v``.
 
 A sum is the blocks side by side: decays ``[a1l, a2l]`` and maps ``[b1l, b2l]``, ``[c1l, c2l]`` (and the same above).
+A product runs in numpy where no gradient is wanted on the CPU, its pair states by LAPACK (:func:`decay_matmul`).
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def decay_add(M1: Quasiseparable, M2: Quasiseparable) -> Quasiseparable:
     """``M1 + M2`` for operands with 1-SS sides (:func:`decay_sides`): on each side the decays side by side as
     diagonal transitions ``[a1, a2]`` and the maps ``[b1, b2]``, ``[c1, c2]``; orders ``(2, 2)``. The generic sum's
     tensor operations (:func:`~structmat.algebra.quasiseparable.qs_add`) without its checks of kinds and shapes,
-    which cost more than the operations here (measured, one thread, T = 16: 92 us against 122 us)."""
+    which cost more than the operations here (measured, one thread, T = 16: 100 us against 122 us)."""
     batch = batch_of(M1, M2)
     (l1, b1l, c1l), (m1, b1u, c1u), (l2, b2l, c2l), (m2, b2u, c2u) = _sides(M1, M2, batch, M1.shape[-1])
     zeros = M1.lower_part.D  # (a strict part's zero diagonal: reused, at the batch)
