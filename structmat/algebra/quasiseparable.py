@@ -10,7 +10,9 @@ come from one matrix-valued recurrence:
   ``(A2, B2, V^T B1)`` and upper part ``(A1, B1, V B2)``.
 
 The lower cross part joins the input map of the ``L1`` block of ``(L1 + D1)(L2 + D2)`` and the output
-map of its ``L2`` block, so the orders are ``(n_l1 + n_l2, n_u1 + n_u2)``. The inverse comes from the
+map of its ``L2`` block, so the orders are ``(n_l1 + n_l2, n_u1 + n_u2)``. The upper part of ``M1 M2`` is that
+of ``(M2^T M1^T)^T``, whose pair states are ``W^T`` and ``V^T``: each is formed once. Operands whose four sides are
+1-SS decays (LION) add and multiply by :mod:`structmat.algebra.quasiseparable_decay`. The inverse comes from the
 generators by Eidelman and Gohberg's recursion (:mod:`structmat.linalg.quasiseparable_inverse`):
 every quantity it forms is a piece of ``M^{-1}`` (never the two triangular factors' inverses, whose
 product cancels), orders unchanged.
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import torch
 
+from structmat.algebra.quasiseparable_decay import decay_add, decay_matmul, decay_sides
 from structmat.algebra.semiseparable import (
     batch_of,
     build,
@@ -72,6 +75,8 @@ def _strict_sum(p1: SSS, p2: SSS, batch) -> SSS:
 
 def qs_add(a: Quasiseparable, b: Quasiseparable) -> Quasiseparable:
     """Parts and diagonals add: orders ``(n_l1 + n_l2, n_u1 + n_u2)``."""
+    if decay_sides(a, b):
+        return decay_add(a, b)
     batch = batch_of(a, b)
     return Quasiseparable._of(_strict_sum(a.lower_part, b.lower_part, batch), _strict_sum(a.upper_part, b.upper_part, batch),
                               a.diag + b.diag, batch)
@@ -167,28 +172,15 @@ def qs_hadamard_sss(a: Quasiseparable, m: SSS) -> SSS:
 PAIRS_DENSE_MAX_T = 256
 
 
-def _kron_products(Aa: Transitions, Ab: Transitions, K: Transitions, products: dict) -> torch.Tensor | None:
-    """``segment_products(K)`` of ``K = Aa (x) Ab``, kept in ``products`` for scalar transitions: there ``Ab (x) Aa``
-    has the same products (sums of logs, or products of scalars, in any order), and the two halves of
-    :func:`qs_matmul` meet every pair of transitions once in each order."""
-    if not (Aa.kind == Ab.kind and Aa.kind in ("log", "scalar")):
-        return segment_products(K)
-    key = frozenset(((id(Aa.values), id(Aa.decays)), (id(Ab.values), id(Ab.decays))))  # operands alive: ids unique
-    if key not in products:
-        products[key] = segment_products(K)
-    return products[key]
-
-
 def _pair_states(Aa: Transitions, Ba: torch.Tensor, Ab: Transitions, Bb: torch.Tensor, batch,
-                 backward: bool, products: dict) -> torch.Tensor:
+                 backward: bool) -> torch.Tensor:
     """Forwards, ``W_i = sum_{k<i} Phi_a(i,k) Ba_k Bb_k^T Phi_b(i,k)^T``; backwards (``backward``, with the output
     maps in the place of ``Ba, Bb``), ``V_j = sum_{k>j} Phi_a(k,j)^T Ba_k Bb_k^T Phi_b(k,j)``. Shape
-    ``(*, T, na, nb)``: the states of a recurrence with the Kronecker transitions ``Aa (x) Ab`` (segment products
-    shared through ``products``, :func:`_kron_products`)."""
+    ``(*, T, na, nb)``: the states of a recurrence with the Kronecker transitions ``Aa (x) Ab``."""
     na, nb, T = Ba.shape[-1], Bb.shape[-1], Ba.shape[-2]
     K = Aa.kron(Ab, na, nb, batch)
     U = (Ba[..., :, None] * Bb[..., None, :]).flatten(-2)  # (*, T, na nb)
-    P = _kron_products(Aa, Ab, K, products) if T <= PAIRS_DENSE_MAX_T else None
+    P = segment_products(K) if T <= PAIRS_DENSE_MAX_T else None
     if P is not None:  # P[..., i, k] (per state for diagonal transitions): the steps k+1 .. i
         P = P.tril(-1).to(U.dtype)
         if backward:
@@ -197,37 +189,46 @@ def _pair_states(Aa: Transitions, Ba: torch.Tensor, Ab: Transitions, Bb: torch.T
         return W.reshape(*W.shape[:-1], na, nb)
     if backward:  # a forward recurrence in reversed time
         return torch.flip(_pair_states(Aa.reversed(), torch.flip(Ba, (-2,)), Ab.reversed(), torch.flip(Bb, (-2,)), batch,
-                                       False, products), (-3,))
+                                       False), (-3,))
     G = linear_scan(K, U[..., None])  # G_i = W_i + U_i
     prev = torch.cat([torch.zeros_like(G[..., :1, :, :]), G[..., :-1, :, :]], dim=-3)
     W = K.apply(prev)[..., 0]
     return W.reshape(*W.shape[:-1], na, nb)
 
 
-def _product_lower(M1: Quasiseparable, M2: Quasiseparable, batch, products: dict) -> SSS:
+def _product_lower(M1: Quasiseparable, M2: Quasiseparable, batch, pairs: tuple | None = None) -> tuple[SSS, tuple]:
     """Lower SSS (explicit diagonal) of ``M1 @ M2``: ``(L1 + D1)(L2 + D2)`` with the cross terms ``L1 U2`` and ``U1 L2``
-    (module docstring) joining its input and output maps and its diagonal."""
+    (module docstring) joining its input and output maps and its diagonal; and the pair states ``(W, V)`` of the
+    cross terms (given as ``pairs`` where known: those of ``M2^T M1^T`` are their transposes)."""
     L1, L2 = generators_in(M1.lower_part, batch), generators_in(M2.lower_part, batch)
     U1, U2 = generators_in(M1.upper_part, batch), generators_in(M2.upper_part, batch)
     T, n1 = M1.shape[-1], L1.order
     base = matmul_lower(L1.with_diagonal(fit(M1.diag, *batch, T)), L2.with_diagonal(fit(M2.diag, *batch, T)), batch)
-    W = _pair_states(L1.A, L1.B, U2.A, U2.B, batch, False, products)  # L1 U2
+    if pairs is None:
+        pairs = (_pair_states(L1.A, L1.B, U2.A, U2.B, batch, False), _pair_states(U1.A, U1.C, L2.A, L2.C, batch, True))
+    W, V = pairs  # of L1 U2 and U1 L2
     w = (W @ U2.C[..., None])[..., 0]
-    V = _pair_states(U1.A, U1.C, L2.A, L2.C, batch, True, products)  # U1 L2
     cv = (V.mT @ U1.B[..., None])[..., 0]
     B = torch.cat([base.B[..., :n1] + w, base.B[..., n1:]], -1)
     C = torch.cat([base.C[..., :n1], base.C[..., n1:] + cv], -1)
     diag = base.D + (L1.C * w).sum(-1) + (U1.B[..., None, :] @ V @ L2.B[..., :, None])[..., 0, 0]
-    return SSS._assemble(Generators(base.A, B, C, diag), True, batch)
+    return SSS._assemble(Generators(base.A, B, C, diag), True, batch), pairs
+
+
+def _flipped(M: SSS) -> SSS:
+    """``M.T`` without what :attr:`SSS.T` keeps with ``M`` (a closure operation's operand is fresh: keeping costs)."""
+    return SSS._assemble(M.generators, not M.lower, M.batch_shape)
 
 
 def qs_matmul(M1: Quasiseparable, M2: Quasiseparable) -> Quasiseparable:
     """``M1 @ M2`` for quasiseparable matrices: orders ``(n_l1 + n_l2, n_u1 + n_u2)``."""
+    if decay_sides(M1, M2):
+        return decay_matmul(M1, M2)
     batch = batch_of(M1, M2)
-    products = {}  # segment products of the pairs of transitions, met by both halves
-    lower = _product_lower(M1, M2, batch, products)
-    upper_t = _product_lower(M2.T, M1.T, batch, products)  # (M1 M2)^T = M2^T M1^T
-    return Quasiseparable._of(strict_part(lower), strict_part(upper_t.T), lower.D, batch)
+    lower, (W, V) = _product_lower(M1, M2, batch)
+    transpose = lambda M: Quasiseparable._of(_flipped(M.upper_part), _flipped(M.lower_part), M.diag, M.batch_shape)  # noqa: E731
+    upper_t, _ = _product_lower(transpose(M2), transpose(M1), batch, (W.mT, V.mT))  # (M1 M2)^T = M2^T M1^T
+    return Quasiseparable._of(strict_part(lower), strict_part(_flipped(upper_t)), lower.D, batch)
 
 
 def qs_inverse(M: Quasiseparable) -> Quasiseparable:

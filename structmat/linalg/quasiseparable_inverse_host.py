@@ -33,8 +33,9 @@ def _mT(x: np.ndarray) -> np.ndarray:
 
 def _steps(x: np.ndarray) -> np.ndarray:
     """``x (*, T, r, c)`` with time first: a loop over it yields the steps' views for less than ``x[..., t, :, :]``
-    costs."""
-    return np.moveaxis(x, -3, 0)
+    costs (a transpose by its axes: ``np.moveaxis`` normalises them at several times the cost)."""
+    k = x.ndim - 3
+    return x.transpose((k, *range(k), k + 1, k + 2))
 
 
 def _chunked(x: np.ndarray, tail: int, m: int, L: int, fill) -> np.ndarray:
