@@ -80,10 +80,11 @@ def decay_add(M1: Quasiseparable, M2: Quasiseparable) -> Quasiseparable:
     (l1, b1l, c1l), (m1, b1u, c1u), (l2, b2l, c2l), (m2, b2u, c2u) = _sides(M1, M2, batch, M1.shape[-1])
     zeros = M1.lower_part.D  # (a strict part's zero diagonal: reused, at the batch)
     zeros = zeros if zeros.shape == b1l.shape[:-1] else zeros.expand(b1l.shape[:-1])
-    lower = Generators(Transitions(torch.exp(torch.stack([l1, l2], -1)), "diag"), torch.cat([b1l, b2l], -1),
-                       torch.cat([c1l, c2l], -1), zeros)
-    upper = Generators(Transitions(torch.exp(torch.stack([m1, m2], -1)), "diag"), torch.cat([b1u, b2u], -1),
-                       torch.cat([c1u, c2u], -1), zeros)
+    # both sides in one tensor per generator (each operation costs more than the T entries it moves); each side a view
+    a = torch.exp(torch.stack([l1, l2, m1, m2], -1))
+    b, c = torch.cat([b1l, b2l, b1u, b2u], -1), torch.cat([c1l, c2l, c1u, c2u], -1)
+    lower = Generators(Transitions(a[..., :2], "diag"), b[..., :2], c[..., :2], zeros)
+    upper = Generators(Transitions(a[..., 2:], "diag"), b[..., 2:], c[..., 2:], zeros)
     return Quasiseparable._of(SSS._assemble(lower, True, batch), SSS._assemble(upper, False, batch), M1.diag + M2.diag,
                               batch)
 

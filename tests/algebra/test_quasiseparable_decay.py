@@ -140,3 +140,19 @@ def test_differentiated_decays_take_the_generic_product():
     dense = torch.stack(rows)  # LION: M[i, j] = a_{min+1} ... a_{max}
     (dense @ dense).sum().backward()
     close(got, a.grad)
+
+
+@pytest.mark.parametrize("T", [1, 9, 40])
+def test_results_work_downstream(T):
+    """A sum's sides are views of shared tensors and a product's of stacked ones: every operation on them (products,
+    solves, transposes, further closure) agrees with dense float64."""
+    a, b = _operand(T, ((2,), (2,), (2,)), F64, 3), _operand(T, ((2,), (2,), (2,)), F64, 11)
+    x = randn(2, T, 3, seed=5, dtype=F64)
+    for R in (a + b, a @ b):
+        D = R.to_dense()
+        close(R @ x, D @ x, rtol=1e-10, atol=1e-10)
+        close(R.T @ x, D.mT @ x, rtol=1e-10, atol=1e-10)
+        close(R.solve(x), torch.linalg.solve(D, x), rtol=1e-8, atol=1e-8)
+        close(R.inv().to_dense(), torch.linalg.inv(D), rtol=1e-8, atol=1e-8)
+        close((R @ R).to_dense(), D @ D, rtol=1e-9, atol=1e-9)
+        close((R + a).to_dense(), D + a.to_dense(), rtol=1e-12, atol=1e-12)
