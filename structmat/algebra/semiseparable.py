@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from structmat.core.transitions import Transitions, join_states
+from structmat.core.joins import join_states, pad
+from structmat.core.transitions import Transitions
 from structmat.core.validation import SingularMatrixError, check_overflow
 from structmat.linalg.semiseparable import Generators
 from structmat.matrices.diagonal import Diagonal
@@ -102,7 +103,7 @@ def matmul_lower(G1: Generators, G2: Generators) -> Generators:
     d2 = G2.diagonal()
     B = join_states(G1.B * d2.unsqueeze(-1), G2.B)
     if G1.D is None:
-        return Generators(A, B, torch.constant_pad_nd(G1.C, (0, G2.B.shape[-1])))  # (F.pad's wrapper costs as much)
+        return Generators(A, B, pad(G1.C, (0, G2.B.shape[-1])))
     gap = G1.D - _dot(G1.C, G1.B)
     return Generators(A, B, join_states(G1.C, gap.unsqueeze(-1) * G2.C), G1.D * d2)
 

@@ -31,9 +31,10 @@ from collections.abc import Callable
 import torch
 
 from structmat.core.dtypes import real_dtype
+from structmat.core.joins import join_states, pad, same_batch
 from structmat.core.validation import check_finite
 
-__all__ = ["Transitions", "KINDS", "carries_gradient", "join_states", "with_gradient_of"]
+__all__ = ["Transitions", "KINDS", "carries_gradient", "with_gradient_of"]
 
 _TAIL = {"log": 1, "scalar": 1, "diag": 2, "dense": 3}  # trailing dims of ``values``, time first
 KINDS = tuple(_TAIL)
@@ -55,29 +56,6 @@ def _keeps_decays(method: Callable[..., Transitions]) -> Callable[..., Transitio
         return Transitions(out.values, out.kind, method(Transitions(self.decays, "scalar"), *args, **kwargs).values)
 
     return carried
-
-
-def join_states(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """``[x y]`` along the last axis (the states) for ``x (*, n1)``, ``y (*, n2)`` with leading dims of one count whose
-    sizes broadcast (expanded only where they differ: each check and expand costs microseconds on small tensors)."""
-    if x.shape[:-1] != y.shape[:-1]:
-        lead = torch.broadcast_shapes(x.shape[:-1], y.shape[:-1])
-        x, y = x.expand(*lead, x.shape[-1]), y.expand(*lead, y.shape[-1])
-    return torch.cat([x, y], -1)
-
-
-def _same_batch(*matrices: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """Matrices ``(*, m, n)`` with batch dims of one count expanded to their common batch where the batches differ
-    (``torch.cat`` does not broadcast)."""
-    if all(M.shape[:-2] == matrices[0].shape[:-2] for M in matrices[1:]):
-        return matrices
-    batch = torch.broadcast_shapes(*(M.shape[:-2] for M in matrices))
-    return tuple(M.expand(*batch, *M.shape[-2:]) for M in matrices)
-
-
-#: Zero padding of the last dims (``torch.nn.functional.pad``'s constant mode without its Python wrapper, which costs
-#: as much as the padding itself on small tensors).
-_pad = torch.constant_pad_nd
 
 
 def with_gradient_of(values: torch.Tensor, decays: torch.Tensor) -> torch.Tensor:
@@ -377,8 +355,8 @@ class Transitions:
             return Transitions(join_states(d1, d2), "diag")
         # block rows [A1 0] and [0 A2] stacked: rows of n1 + n2 entries copied, where padding both ways would copy
         # rows of n1 or n2 (measured at T = 256, n = 4: 37 against 54 us)
-        A1, A2 = _same_batch(self.matrices(n1), other.matrices(n2))
-        return Transitions(torch.cat([_pad(A1, (0, n2)), _pad(A2, (n1, 0))], -2), "dense")
+        A1, A2 = same_batch(self.matrices(n1), other.matrices(n2))
+        return Transitions(torch.cat([pad(A1, (0, n2)), pad(A2, (n1, 0))], -2), "dense")
 
     def block_triangular(self, other: Transitions, coupling: torch.Tensor) -> Transitions:
         """``[[A1_t, coupling_t], [0, A2_t]]`` for ``coupling (*, T, n1, n2)``: the transitions of a cascade of two
@@ -387,12 +365,12 @@ class Transitions:
         n1, n2, dtype = coupling.shape[-2], coupling.shape[-1], coupling.dtype
         d1, d2 = self.diagonals(n1, dtype), other.diagonals(n2, dtype)
         if d1 is not None and d2 is not None:  # the coupling in its corner, the diagonal written over the zeros
-            diagonal, corner = join_states(d1, d2), _pad(coupling, (n1, 0, 0, n2))
+            diagonal, corner = join_states(d1, d2), pad(coupling, (n1, 0, 0, n2))
             if diagonal.shape == corner.shape[:-1]:
                 return Transitions(torch.diagonal_scatter(corner, diagonal, 0, -2, -1), "dense")
             return Transitions(torch.diag_embed(diagonal) + corner, "dense")  # (sizes that broadcast)
-        A1, A2, coupling = _same_batch(self.matrices(n1, dtype), other.matrices(n2, dtype), coupling)
-        return Transitions(torch.cat([torch.cat([A1, coupling], -1), _pad(A2, (n1, 0))], -2), "dense")
+        A1, A2, coupling = same_batch(self.matrices(n1, dtype), other.matrices(n2, dtype), coupling)
+        return Transitions(torch.cat([torch.cat([A1, coupling], -1), pad(A2, (n1, 0))], -2), "dense")
 
     def coupling(self, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
         """``b_t (c_t^T A_t)`` of shape ``(*, T, M, N)`` for ``b (*, T, M)`` and ``c (*, T, N)``: in a cascade, the
