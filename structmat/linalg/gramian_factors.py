@@ -27,8 +27,10 @@ GRAMIAN_CHUNK = 32
 
 
 def _factor(K: torch.Tensor) -> torch.Tensor:
-    """``S (*, N, N)`` with ``S S^H = K K^H`` for ``K (*, N, m)``, ``m >= N``: ``R^H`` of ``K^H = Q R``."""
-    return torch.linalg.qr(K.mH, mode="r")[1].mH
+    """``S (*, N, N)`` with ``S S^H = K K^H`` for ``K (*, N, m)``, ``m >= N``: ``R^H`` of ``K^H = Q R`` (with ``Q``,
+    whose cost is a few percent: ``mode="r"`` has no derivative, and gradients reach the factors as they reached the
+    step-by-step SVDs that these replace)."""
+    return torch.linalg.qr(K.mH)[1].mH
 
 
 def reachability_factors(A: torch.Tensor, B: torch.Tensor, chunk: int = GRAMIAN_CHUNK) -> torch.Tensor:
