@@ -68,9 +68,8 @@ def _strict_sum(p1: SSS, p2: SSS, batch) -> SSS:
     G1, G2 = p1.generators, p2.generators
     T = G1.B.shape[-2]
     zeros = G1.D if G1.D.shape[:-1] == tuple(batch) else G1.D.expand(*batch, T)
-    A = G1.A.block_diagonal(G2.A, G1.order, G2.order, batch)
-    return SSS._assemble(Generators(A, join_states(G1.B, G2.B, batch, T), join_states(G1.C, G2.C, batch, T), zeros),
-                         p1.lower, batch)
+    A = G1.A.block_diagonal(G2.A, G1.order, G2.order)
+    return SSS._assemble(Generators(A, join_states(G1.B, G2.B), join_states(G1.C, G2.C), zeros), p1.lower, batch)
 
 
 def qs_add(a: Quasiseparable, b: Quasiseparable) -> Quasiseparable:
@@ -203,7 +202,7 @@ def _product_lower(M1: Quasiseparable, M2: Quasiseparable, batch, pairs: tuple |
     L1, L2 = generators_in(M1.lower_part, batch), generators_in(M2.lower_part, batch)
     U1, U2 = generators_in(M1.upper_part, batch), generators_in(M2.upper_part, batch)
     T, n1 = M1.shape[-1], L1.order
-    base = matmul_lower(L1.with_diagonal(fit(M1.diag, *batch, T)), L2.with_diagonal(fit(M2.diag, *batch, T)), batch)
+    base = matmul_lower(L1.with_diagonal(fit(M1.diag, *batch, T)), L2.with_diagonal(fit(M2.diag, *batch, T)))
     if pairs is None:
         pairs = (_pair_states(L1.A, L1.B, U2.A, U2.B, batch, False), _pair_states(U1.A, U1.C, L2.A, L2.C, batch, True))
     W, V = pairs  # of L1 U2 and U1 L2

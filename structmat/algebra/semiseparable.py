@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from structmat.core.joins import join_states, pad
 from structmat.core.transitions import Transitions
 from structmat.core.validation import SingularMatrixError, check_overflow
 from structmat.linalg.semiseparable import Generators
@@ -17,8 +18,8 @@ from structmat.matrices.diagonal import Diagonal
 from structmat.matrices.one_ss import OneSS
 from structmat.matrices.sss import SSS, SSSInverse
 
-__all__ = ["same_orientation", "different_orientation", "build", "batch_of", "fit", "generators_in", "join_states", "matmul_lower",
-           "scale_maps", "sss_add", "sss_matmul", "sss_hadamard", "sss_inverse",
+__all__ = ["same_orientation", "different_orientation", "build", "batch_of", "fit", "generators_in", "join_states",
+           "operand_generators", "matmul_lower", "scale_maps", "sss_add", "sss_matmul", "sss_hadamard", "sss_inverse",
            "sss_add_diagonal", "diagonal_matmul_sss", "sss_matmul_diagonal", "lower_times_upper_diagonal"]
 
 
@@ -56,39 +57,21 @@ def generators_in(M: SSS, batch) -> Generators:
     return M.generators.expand(batch)
 
 
-def join_states(x: torch.Tensor, y: torch.Tensor, batch, T: int) -> torch.Tensor:
-    """``[x y]`` along the states, both expanded to ``batch`` (skipped where they are there: each check and expand
-    costs microseconds on small matrices)."""
-    if not x.shape[:-1] == y.shape[:-1] == (*batch, T):
-        x, y = x.expand(*batch, T, x.shape[-1]), y.expand(*batch, T, y.shape[-1])
-    return torch.cat([x, y], -1)
+def operand_generators(M1: SSS, M2: SSS) -> tuple[Generators, Generators, torch.Size]:
+    """The stored generators of two operands with parameters of one batch rank (expanded to the common batch where the
+    operands' shapes differ; else as stored, their sizes broadcast), and the common batch shape."""
+    if M1._shape == M2._shape:  # (the common case costs one comparison)
+        return M1.generators, M2.generators, M1._shape[:-2]
+    batch = batch_of(M1, M2)
+    return generators_in(M1, batch), generators_in(M2, batch), batch
 
 
 def sss_add(M1: SSS, M2: SSS) -> SSS:
     """``SSS(N1) + SSS(N2) = SSS(N1 + N2)`` with block-diagonal ``A`` (diagonal if both are)."""
-    batch = batch_of(M1, M2)
-    G1, G2 = M1.generators, M2.generators
-    B1, B2 = G1.B, G2.B
-    T = B1.shape[-2]
-    D = None
-    if G1.D is not None or G2.D is not None:
-        D = fit(G1.diagonal() + G2.diagonal(), *batch, T)
-    A = G1.A.block_diagonal(G2.A, B1.shape[-1], B2.shape[-1], batch)
-    return build(Generators(A, join_states(B1, B2, batch, T), join_states(G1.C, G2.C, batch, T), D), M1.lower, batch)
-
-
-def _block_triangular(G1: Generators, G2: Generators, coupling: torch.Tensor, batch) -> Transitions:
-    """Dense ``[[A1, coupling], [0, A2]]`` of shape ``(*batch, T, n1 + n2, n1 + n2)`` in three or four whole-tensor
-    operations (on small matrices each costs microseconds): a diagonal of both plus the coupling padded into its
-    corner, or the blocks joined."""
-    n1, n2, T = G1.order, G2.order, G1.length
-    dtype = coupling.dtype
-    d1, d2 = G1.A.diagonals(n1, dtype), G2.A.diagonals(n2, dtype)
-    if d1 is not None and d2 is not None:
-        diagonal = torch.diag_embed(torch.cat([fit(d1, *batch, T, n1), fit(d2, *batch, T, n2)], -1))
-        return Transitions(diagonal + torch.nn.functional.pad(coupling, (n1, 0, 0, n2)), "dense")
-    A1, A2 = (fit(G.A.matrices(G.order, dtype), *batch, T, G.order, G.order) for G in (G1, G2))
-    return Transitions(torch.cat([torch.cat([A1, coupling], -1), torch.nn.functional.pad(A2, (n1, 0))], -2), "dense")
+    G1, G2, batch = operand_generators(M1, M2)
+    D = None if G1.D is None and G2.D is None else G1.diagonal() + G2.diagonal()
+    A = G1.A.block_diagonal(G2.A, G1.B.shape[-1], G2.B.shape[-1])
+    return build(Generators(A, join_states(G1.B, G2.B), join_states(G1.C, G2.C), D), M1.lower, batch)
 
 
 def _one_ss_product(M1: OneSS, M2: OneSS) -> SSS | None:
@@ -112,19 +95,22 @@ def _one_ss_product(M1: OneSS, M2: OneSS) -> SSS | None:
     return SSS._assemble(Generators(Transitions(A, "dense"), B, C), True, M1.batch_shape)
 
 
-def matmul_lower(G1: Generators, G2: Generators, batch) -> Generators:
+def matmul_lower(G1: Generators, G2: Generators) -> Generators:
     """``L1 L2`` with ``A = [[A1, B1 C2^T A2], [0, A2]]``, ``B = [B1 d2; B2]``, ``C = [C1; (D1 - C1^T B1) C2]``,
-    ``D = D1 D2`` (no explicit ``D1``: ``C = [C1; 0]``, no ``D``)."""
-    n1, n2, T = G1.order, G2.order, G1.length
-    coupling = G1.B[..., :, None] * G2.A.left_apply(G2.C)[..., None, :]  # B1 (C2^T A2)
-    A = _block_triangular(G1, G2, fit(coupling, *batch, T, n1, n2), batch)
+    ``D = D1 D2`` (no explicit ``D1``: ``C = [C1; 0]``, no ``D``). The parameters of both have one batch rank; their
+    sizes broadcast."""
+    A = G1.A.block_triangular(G2.A, G2.A.coupling(G1.B, G2.C))
     d2 = G2.diagonal()
-    B = torch.cat([fit(G1.B * d2[..., None], *batch, T, n1), fit(G2.B, *batch, T, n2)], -1)
-    C1 = fit(G1.C, *batch, T, n1)
+    B = join_states(G1.B * d2.unsqueeze(-1), G2.B)
     if G1.D is None:
-        return Generators(A, B, torch.cat([C1, C1.new_zeros(*batch, T, n2)], -1))
-    gap = G1.D - (G1.C * G1.B).sum(-1)
-    return Generators(A, B, torch.cat([C1, fit(gap[..., None] * G2.C, *batch, T, n2)], -1), fit(G1.D * d2, *batch, T))
+        return Generators(A, B, pad(G1.C, (0, G2.B.shape[-1])))
+    gap = G1.D - _dot(G1.C, G1.B)
+    return Generators(A, B, join_states(G1.C, gap.unsqueeze(-1) * G2.C), G1.D * d2)
+
+
+def _dot(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """``sum(x * y, -1)`` without conjugation: one ``vecdot`` for real tensors (it conjugates ``x``)."""
+    return (x * y).sum(-1) if x.is_complex() else torch.linalg.vecdot(x, y)
 
 
 def sss_matmul(M1: SSS, M2: SSS) -> SSS:
@@ -132,10 +118,8 @@ def sss_matmul(M1: SSS, M2: SSS) -> SSS:
     product = _one_ss_product(M1, M2)
     if product is not None:
         return product
-    batch = batch_of(M1, M2)
-    G1, G2 = M1.generators, M2.generators
-    G = matmul_lower(G1, G2, batch) if M1.lower else matmul_lower(G2, G1, batch)
-    return build(G, M1.lower, batch)
+    G1, G2, batch = operand_generators(M1, M2)
+    return build(matmul_lower(G1, G2) if M1.lower else matmul_lower(G2, G1), M1.lower, batch)
 
 
 def sss_hadamard(M1: SSS, M2: SSS) -> SSS:

@@ -31,6 +31,7 @@ from collections.abc import Callable
 import torch
 
 from structmat.core.dtypes import real_dtype
+from structmat.core.joins import join_states, pad, same_batch
 from structmat.core.validation import check_finite
 
 __all__ = ["Transitions", "KINDS", "carries_gradient", "with_gradient_of"]
@@ -323,9 +324,9 @@ class Transitions:
     def left_apply(self, c: torch.Tensor) -> torch.Tensor:
         """``c_t^T A_t`` for row vectors ``c (*, T, N)`` aligned with the time axis."""
         if self.kind == "dense":
-            return (c[..., None, :] @ self.actual())[..., 0, :]
+            return (c.unsqueeze(-2) @ self.actual()).squeeze(-2)
         A = self.actual()
-        return c * (A[..., None] if self.kind in ("log", "scalar") else A)
+        return c * (A.unsqueeze(-1) if self.kind in ("log", "scalar") else A)
 
     def step_factors(self) -> torch.Tensor:
         """Per-step multipliers, time first, shaped to broadcast against a state ``(*, N, K)``."""
@@ -343,24 +344,40 @@ class Transitions:
         return torch.addcmul
 
     # --- combining two recurrences -------------------------------------------------------------------
-    def block_diagonal(self, other: Transitions, n1: int, n2: int, batch) -> Transitions:
-        """``diag(A1_t, A2_t)``: the transitions of a sum of two recurrences (diagonal where both are)."""
+    def block_diagonal(self, other: Transitions, n1: int, n2: int) -> Transitions:
+        """``diag(A1_t, A2_t)``: the transitions of a sum of two recurrences (diagonal where both are). Batch dims of
+        one count; their sizes broadcast."""
         if (self.kind == other.kind == "log" and n1 == n2 == 1 and self.values.shape == other.values.shape
                 and not (carries_gradient(self.decays) or carries_gradient(other.decays))):  # (diagonals() carry them)
-            both = torch.exp(torch.stack([self.values, other.values], -1))  # one exp of both
-            return Transitions(both if both.shape[:-2] == tuple(batch) else both.expand(*batch, -1, 2), "diag")
-        T = self.length
-        fit = lambda t, n: t if t.shape == (*batch, T, n) else t.expand(*batch, T, n)  # noqa: E731
+            return Transitions(torch.exp(torch.stack([self.values, other.values], -1)), "diag")  # one exp of both
         d1, d2 = self.diagonals(n1), other.diagonals(n2)
         if d1 is not None and d2 is not None:
-            dtype = torch.promote_types(d1.dtype, d2.dtype)
-            cast = lambda t: t if t.dtype == dtype else t.to(dtype)  # noqa: E731
-            return Transitions(torch.cat([cast(fit(d1, n1)), cast(fit(d2, n2))], -1), "diag")
-        A1, A2 = self.matrices(n1), other.matrices(n2)
-        pad = torch.nn.functional.pad  # each block padded to its place, then one sum: three operations
-        blocks = pad(A1, (0, n2, 0, n2)) + pad(A2, (n1, 0, n1, 0))
-        return Transitions(blocks if blocks.shape[:-3] == tuple(batch) else blocks.expand(*batch, *blocks.shape[-3:]),
-                           "dense")
+            return Transitions(join_states(d1, d2), "diag")
+        # block rows [A1 0] and [0 A2] stacked: rows of n1 + n2 entries copied, where padding both ways would copy
+        # rows of n1 or n2 (measured at T = 256, n = 4: 37 against 54 us)
+        A1, A2 = same_batch(self.matrices(n1), other.matrices(n2))
+        return Transitions(torch.cat([pad(A1, (0, n2)), pad(A2, (n1, 0))], -2), "dense")
+
+    def block_triangular(self, other: Transitions, coupling: torch.Tensor) -> Transitions:
+        """``[[A1_t, coupling_t], [0, A2_t]]`` for ``coupling (*, T, n1, n2)``: the transitions of a cascade of two
+        recurrences (a product), dense, in the dtype of ``coupling``. Batch dims of one count; their sizes broadcast.
+        Three whole-tensor operations (on small matrices each costs microseconds)."""
+        n1, n2, dtype = coupling.shape[-2], coupling.shape[-1], coupling.dtype
+        d1, d2 = self.diagonals(n1, dtype), other.diagonals(n2, dtype)
+        if d1 is not None and d2 is not None:  # the coupling in its corner, the diagonal written over the zeros
+            diagonal, corner = join_states(d1, d2), pad(coupling, (n1, 0, 0, n2))
+            if diagonal.shape == corner.shape[:-1]:
+                return Transitions(torch.diagonal_scatter(corner, diagonal, 0, -2, -1), "dense")
+            return Transitions(torch.diag_embed(diagonal) + corner, "dense")  # (sizes that broadcast)
+        A1, A2, coupling = same_batch(self.matrices(n1, dtype), other.matrices(n2, dtype), coupling)
+        return Transitions(torch.cat([torch.cat([A1, coupling], -1), pad(A2, (n1, 0))], -2), "dense")
+
+    def coupling(self, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        """``b_t (c_t^T A_t)`` of shape ``(*, T, M, N)`` for ``b (*, T, M)`` and ``c (*, T, N)``: in a cascade, the
+        output of one recurrence (``c_t^T A_t h_{t-1}``) entering the state of the next through its input map ``b``."""
+        if self.kind == "dense":  # the row c^T A kept as a (1, N) matrix: no squeeze and unsqueeze
+            return b.unsqueeze(-1) * (c.unsqueeze(-2) @ self.actual())
+        return b.unsqueeze(-1) * self.left_apply(c).unsqueeze(-2)
 
     def kron(self, other: Transitions, n1: int, n2: int, batch) -> Transitions:
         """``A1_t (x) A2_t``: the transitions of an elementwise product of two recurrences."""

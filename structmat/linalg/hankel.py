@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from structmat.linalg.gramian_factors import observability_factors, reachability_factors
 from structmat.linalg.semiseparable import Generators
 
 __all__ = ["hankel_ranks", "normalized"]
@@ -37,20 +38,10 @@ def _psd_sqrt(G: torch.Tensor) -> torch.Tensor:
 
 def _gramians(G: Generators, A: torch.Tensor):
     """Reachability ``P_k = R_k R_k^H`` (``R_k = [A_k R_{k-1}, B_k]``) and observability
-    ``O_k = Omega_k^H Omega_k`` (``Omega_k = [C_k^T; Omega_{k+1} A_{k+1}]``), stacked over ``k``."""
-    batch, T, N = G.batch_shape, G.length, G.order
-    reach, obs = [], [None] * T
-    P = torch.zeros(*batch, N, N, dtype=A.dtype)
-    for k in range(T):
-        Bk = G.B[..., k, :, None]
-        P = (A[..., k, :, :] @ P @ A[..., k, :, :].mH if k else 0) + Bk @ Bk.mH
-        reach.append(P)
-    W = torch.zeros(*batch, N, N, dtype=A.dtype)
-    for k in reversed(range(T)):
-        Ck = G.C[..., k, :, None]
-        W = Ck.conj() @ Ck.mT + (A[..., k + 1, :, :].mH @ W @ A[..., k + 1, :, :] if k + 1 < T else 0)
-        obs[k] = W
-    return torch.stack(reach, -3), torch.stack(obs, -3)
+    ``O_k = Omega_k^H Omega_k`` (``Omega_k = [C_k^T; Omega_{k+1} A_{k+1}]``), stacked over ``k``: from their square
+    roots (:mod:`structmat.linalg.gramian_factors`, a blocked scan)."""
+    S, F = reachability_factors(A, G.B[..., None]), observability_factors(A, G.C[..., None])
+    return S @ S.mH, F @ F.mH
 
 
 def _block_factors(G: Generators, strict: bool) -> tuple[torch.Tensor, torch.Tensor]:

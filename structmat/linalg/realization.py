@@ -1,12 +1,12 @@
 """Minimal realizations of lower SSS generators (what ``compress`` computes).
 
 Two sweeps of the same step: a forward *reachability* sweep keeps, at each ``t``, an orthonormal
-basis ``V_t`` of ``range([A_t V_{t-1}, B_t])`` and projects the state onto it
+basis ``V_t`` of the reachable states (the range of the reachability Gramian) and projects the state onto it
 (``A'_t = V_t^H A_t V_{t-1}``, ``B'_t = V_t^H B_t``, ``C'_t = V_t^T C_t``); the *observability*
 sweep is the reachability sweep of the flipped transpose ``J M^T J``, flipped back. The bases carry
 their weights (square roots of the Gramians), so directions are dropped by their actual size, not
-by their size after renormalisation. Exact up to the weights dropped below ``tol``. Cost ``O(T N^3)`` with a Python step per time
-index: an analysis tool, not a hot path.
+by their size after renormalisation. Exact up to the weights dropped below ``tol``. Cost ``O(T N^3)``: the square
+roots of every step's Gramian by a blocked scan (:mod:`structmat.linalg.gramian_factors`), then one batched SVD.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import torch
 
 from structmat.core.transitions import Transitions
 from structmat.core.validation import check_tolerance
+from structmat.linalg.gramian_factors import reachability_factors
 from structmat.linalg.semiseparable import Generators
 
 __all__ = ["minimal_realization"]
@@ -23,21 +24,17 @@ __all__ = ["minimal_realization"]
 def _reachability_sweep(A: torch.Tensor, B: torch.Tensor, C: torch.Tensor, tol: float):
     """One sweep on dense ``A (*, T, N, N)``; returns the reduced ``(A', B', C')`` padded to the largest rank.
 
-    The basis carries its weights (``W_t = V_t diag(s_t)``, a square root of the reachability
-    Gramian): a direction is kept while its weight is above ``tol`` times the largest, so rounding
-    noise stays at its own small weight even where an unstable ``A`` amplifies every direction."""
+    The basis ``V_t`` of each step is that of the square root ``S_t`` of the reachability Gramian
+    (:func:`~structmat.linalg.gramian_factors.reachability_factors`, all steps at once): a direction is kept while its
+    weight (singular value of ``S_t``) is above ``tol`` times the largest, so rounding noise stays at its own small
+    weight even where an unstable ``A`` amplifies every direction. Each step keeps the largest rank over the batch
+    (at least 1); the columns beyond it are zeros."""
     T = B.shape[-2]
-    bases = []
-    W = None
-    for t in range(T):
-        Bt = B[..., t, :, None]
-        K = Bt if W is None else torch.cat([A[..., t, :, :] @ W, Bt], dim=-1)
-        U, s, _ = torch.linalg.svd(K, full_matrices=False)
-        r = max(int((s > tol * s[..., :1].clamp_min(torch.finfo(s.dtype).tiny)).sum(-1).max()), 1)
-        bases.append(U[..., :, :r])
-        W = U[..., :, :r] * s[..., None, :r].to(U.dtype)
-    r_max = max(V.shape[-1] for V in bases)
-    Vs = torch.stack([torch.nn.functional.pad(V, (0, r_max - V.shape[-1])) for V in bases], dim=-3)  # (*, T, N, r)
+    U, s, _ = torch.linalg.svd(reachability_factors(A, B[..., None]))  # one batched SVD of every step's factor
+    kept = (s > tol * s[..., :1].clamp_min(torch.finfo(s.dtype).tiny)).sum(-1)
+    ranks = kept.reshape(-1, T).amax(0).clamp_min(1)  # (T,)
+    r_max = int(ranks.max())
+    Vs = U[..., :r_max] * (torch.arange(r_max, device=U.device) < ranks[:, None])[:, None, :]  # (*, T, N, r)
     V_prev = torch.cat([torch.zeros_like(Vs[..., :1, :, :]), Vs[..., :-1, :, :]], dim=-3)
     return Vs.mH @ A @ V_prev, (Vs.mH @ B[..., None])[..., 0], (Vs.mT @ C[..., None])[..., 0]
 

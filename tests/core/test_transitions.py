@@ -55,12 +55,12 @@ def test_chunking_padding_and_identity_first(kind):
 
 def test_combinations_and_log_diagonals():
     a, b = make("log", 5, 1, seed=1), make("diag", 5, 2, seed=2)
-    S = a.block_diagonal(b, 1, 2, (2,))
+    S = a.block_diagonal(b, 1, 2)
     assert S.kind == "diag"
     close(S.matrices(3)[..., :1, :1], a.matrices(1))
     close(S.matrices(3)[..., 1:, 1:], b.matrices(2))
     close(S.matrices(3)[..., :1, 1:], torch.zeros(2, 5, 1, 2, dtype=F64))
-    D = a.block_diagonal(make("dense", 5, 2, seed=4), 1, 2, (2,))
+    D = a.block_diagonal(make("dense", 5, 2, seed=4), 1, 2)
     assert D.kind == "dense"
     close(D.matrices(3)[..., 1:, 1:], make("dense", 5, 2, seed=4).matrices(2))
     K = a.kron(b, 1, 2, (2,))
