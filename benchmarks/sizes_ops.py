@@ -46,7 +46,9 @@ class Sizes:
 
 
 FULL = Sizes((16, 64, 256, 1024), (16, 64, 256), (2, 8, 64), (64, 256, 1024, 4096, 16384), (1, 4), (4, 16),
-             ((16, 16), (64, 64), (16, 64)), 1 << 21, ("OneSS", "SSS(4)", "causal Toeplitz", "Fourier", "Quasiseparable"),
+             ((16, 16), (64, 64), (16, 64)), 1 << 21,
+             ("OneSS", "SSS(4)", "SSS(4, dense A)", "Quasiseparable", "causal Toeplitz", "Toeplitz", "Fourier",
+              "DFT (real part)", "Bidiagonal", "Diagonal", "LowRank", "Dense"),
              ((2, 8, 64, 64, 2048, ("Fourier", "SSS(4, dense A)")),))
 TINY = Sizes((16,), (16,), (1, 2, 4), (16,), (1,), (2,), ((4, 4),), 1 << 12, ("OneSS", "Quasiseparable"), ())
 #: The sizes of a run (``benchmarks/bench_sizes.py`` may set ``TINY`` for a test of the sections).
@@ -198,6 +200,10 @@ def _planner_points():
     yield from GRID.planner_extra
 
 
+#: Longest sequence of the planner's dense masks: ``H T^2`` entries (256 MB at T = 4096, H = 4) are built per point.
+DENSE_MASK_MAX_T = 1024
+
+
 def _runs(order: str, B: int, H: int, T: int) -> bool:
     """The quadratic order's ``B H T^2`` scores fit (a few hundred MB); the others always run."""
     return order != "quadratic" or B * H * T * T <= (1 << 26)
@@ -214,7 +220,7 @@ def planner(compare) -> list[dict]:
         q, k = (torch.randn(B, T, H, N, generator=g) / N**0.5 for _ in range(2))
         v = torch.randn(B, T, H, P, generator=g)
         for name in masks:
-            if CLASSES and name not in CLASSES:
+            if (CLASSES and name not in CLASSES) or (name == "Dense" and T > DENSE_MASK_MAX_T):
                 continue
             mask = _mask(name, T, H)
             auto = lambda: sm.sma(q, k, v, mask)  # noqa: E731
