@@ -131,6 +131,13 @@ def term_orders(mask: StructuredMatrix) -> list[int]:
     return [1] * mask.order
 
 
+def _dense_transitions(mask: StructuredMatrix) -> bool:
+    """Some part of the mask has dense ``n x n`` transitions: its chunk products cost ``n^3`` a step, not ``n`` (its own
+    coefficients, ``chunked/dense``)."""
+    parts = (mask.lower_part, mask.upper_part) if isinstance(mask, Quasiseparable) else (mask,)
+    return any(isinstance(P, SSS) and P.transitions.kind == "dense" for P in parts)
+
+
 class Chunked(Order):
     name = "chunked"
 
@@ -144,7 +151,8 @@ class Chunked(Order):
         extra = sum(p.BH * (p.T // max(L, 1) + 1) * n * p.N * p.P * p.element_bytes + 4 * p.BH * p.T * L * p.element_bytes
                     for n in term_orders_)
         tiles = -(-p.T // _chunked_tile(tuning, p, max(L, 1))) if tuning.time_blocks else 1
-        return Cost(flops, extra, len(term_orders_) * tiles, "decay" if max(term_orders_, default=1) == 1 else "states")
+        path = "decay" if max(term_orders_, default=1) == 1 else "dense" if _dense_transitions(mask) else "states"
+        return Cost(flops, extra, len(term_orders_) * tiles, path)
 
     def run(self, q, k, v, mask, scale, tuning, chunk) -> torch.Tensor:
         terms = chunk_terms(mask)

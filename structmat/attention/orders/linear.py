@@ -18,6 +18,7 @@ from structmat.attention.tuning import Tuning
 from structmat.core.base import StructuredMatrix
 from structmat.linalg.semiseparable import Generators
 from structmat.linalg.spectral import fft_length
+from structmat.matrices.fourier import Fourier
 from structmat.matrices.quasiseparable import Quasiseparable
 from structmat.matrices.sss import SSS
 from structmat.matrices.toeplitz import Toeplitz
@@ -134,7 +135,9 @@ class Linear(Order):
         n_slice, p_slice = linear_slices(tuning, matvec_length(mask), p.B, p.H, p.N, p.P)
         slices = -(-p.N // n_slice) * -(-p.P // p_slice)
         extra = (2 if tuning.device == "cpu" else 6) * p.BH * max(p.S, p.T) * p.N * p.P * p.element_bytes
-        return Cost(flops, extra, slices * ((1 + int(math.log(max(p.T, 2), 32))) if parts is not None else 1), "sliced")
+        # FFT products (Toeplitz, circulant) and direct ones (banded, low-rank, dense masks) differ in cost per flop
+        path = "sliced" if parts is not None or isinstance(mask, (Toeplitz, Fourier)) else "direct"
+        return Cost(flops, extra, slices * ((1 + int(math.log(max(p.T, 2), 32))) if parts is not None else 1), path)
 
     def run(self, q, k, v, mask, scale, tuning, chunk) -> torch.Tensor:
         M = mask_as_bh(mask, k.shape[0], k.shape[2])

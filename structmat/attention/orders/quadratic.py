@@ -13,8 +13,11 @@ from structmat.attention.orders.registry import Cost, Order, Problem
 from structmat.attention.tuning import Tuning
 from structmat.core.base import StructuredMatrix
 from structmat.linalg.dense_form import DENSE_CHUNKED_T
+from structmat.matrices.bidiagonal import Bidiagonal
 from structmat.matrices.dense import Dense
+from structmat.matrices.diagonal import Diagonal
 from structmat.matrices.fourier import Fourier
+from structmat.matrices.lowrank import LowRank
 from structmat.matrices.quasiseparable import Quasiseparable
 from structmat.matrices.sss import SSS
 from structmat.matrices.toeplitz import Toeplitz
@@ -44,17 +47,23 @@ def einsum_flops(expr: str, *shapes) -> float:
 
 def dense_passes(mask: StructuredMatrix) -> float:
     """Elementwise passes over the ``T x S`` entries that ``mask.to_dense()`` makes, roughly: a semiseparable mask
-    ten per state from whole segment products (up to ``DENSE_CHUNKED_T`` steps), two plus one per state in chunks;
-    a quasiseparable mask its parts and ten to add them (one transposed, a strided read); a Toeplitz or circulant
-    mask two (windows of one vector copied once, :mod:`structmat.linalg.toeplitz_dense`); other classes eight; a
-    dense one none. Fitted by eye to the residuals of the planner's calibration (``benchmarks/calibrate_plan.py``)."""
+    ten per state from whole segment products (up to ``DENSE_CHUNKED_T`` steps), two plus one per state in chunks
+    (one per entry of an ``n x n`` product, ``n^3``, for dense transitions); a quasiseparable mask its parts and ten to
+    add them (one transposed, a strided read); a Toeplitz or circulant mask two (windows of one vector copied once,
+    :mod:`structmat.linalg.toeplitz_dense`); a banded or low-rank one one (its entries written once); other classes
+    eight; a dense one none. Fitted by eye to the residuals of the planner's calibration
+    (``benchmarks/calibrate_plan.py``)."""
     if isinstance(mask, Quasiseparable):
         return dense_passes(mask.lower_part) + dense_passes(mask.upper_part) + 10
     if isinstance(mask, SSS):
         n = max(1, mask.order)
-        return 10 * n + 2 if mask.shape[-1] <= DENSE_CHUNKED_T else 2 + n
+        if mask.shape[-1] <= DENSE_CHUNKED_T:
+            return 10 * n + 2
+        return 2 + (n**3 if mask.transitions.kind == "dense" else n)
     if isinstance(mask, (Toeplitz, Fourier)):
         return 2
+    if isinstance(mask, (Bidiagonal, Diagonal, LowRank)):
+        return 1
     return 0 if isinstance(mask, Dense) else 8
 
 
