@@ -3,8 +3,8 @@
 ``M[t, s] = c[t - s]`` for ``t >= s`` and ``r[s - t]`` above, i.e. ``M[t, s] = a[S - 1 + t - s]`` for the
 vector ``a = (r[S-1], ..., r[1], c[0], ..., c[T-1])``. Windows of ``a`` (``Tensor.unfold``) are a strided
 view ``W[t, j] = a[t + j]``, and ``M = W`` with its columns reversed: one pass over the ``T x S`` entries,
-where gathering through index matrices takes about forty (measured: circulant at T = 256, 794 us against
-~20 us, one thread).
+where gathering through index matrices takes about forty (measured, one thread: ``Fourier.to_dense`` at T = 256
+794 -> ~95 us with its inverse FFT, at T = 1024 24 -> 0.32 ms for a causal Toeplitz matrix).
 """
 
 from __future__ import annotations
