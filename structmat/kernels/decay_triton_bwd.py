@@ -15,7 +15,7 @@ Kernels, in launch order (blocks of ``BM`` rows inside a chunk):
 * :func:`decay_bwd_dc_kernel` / :func:`decay_bwd_db_kernel` -- ``dC`` / ``dB`` of one (chunk, block,
   batch, group), summed over the group's heads in registers: per tile pair, the score gradient
   ``M = sum_h decay_h o (dy u^T)_h`` (one product per head on the unscaled inputs, the decays in fp32 as
-  ``e f^T`` off the diagonal), then one product with ``B`` (or ``C``) per group; the state terms per
+  ``e f^T`` off the diagonal), then one product with ``B`` (or ``C``) per group, ``M`` in two 16-bit parts; the state terms per
   head; the row (dC) and column (dB) sums of ``V`` for ``d log_a``. A block's work grows (dC) or
   shrinks (dB) with its index: the heaviest blocks launch first.
 * :func:`decay_bwd_dx_kernel` -- one (chunk, batch, head) per program, blocks from the last to the
@@ -29,69 +29,15 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-
-@triton.jit
-def _head_vectors(cs_ptr, s_ptr, b, H, h, T, tA, mA, tB, mB, ref, HAS_SCALE: tl.constexpr):
-    """One head's ``cs`` over rows ``tA`` and ``tB``, ``cs[ref]``, the scale over ``tB`` (0 when absent)."""
-    row = (b * H + h) * T
-    csA = tl.load(cs_ptr + row + tA, mask=mA, other=0.0)
-    csB = tl.load(cs_ptr + row + tB, mask=mB, other=0.0)
-    r = tl.load(cs_ptr + row + ref)
-    if HAS_SCALE:
-        sB = tl.load(s_ptr + row + tB, mask=mB, other=0.0)
-    else:
-        sB = tl.zeros_like(csB)
-    return csA, csB, r, sB
-
-
-@triton.jit
-def _dx_vectors(cs_row, s_row, t0, T, has_start, BM: tl.constexpr, HAS_SCALE: tl.constexpr):
-    """``cs`` and the scale of rows ``t0 ..`` of one head, and ``cs`` just before them (0 at a chunk start)."""
-    t = t0 + tl.arange(0, BM)
-    mt = t < T
-    cs = tl.load(cs_row + t, mask=mt, other=0.0)
-    if HAS_SCALE:
-        s = tl.load(s_row + t, mask=mt, other=0.0)
-    else:
-        s = tl.where(mt, 1.0, 0.0)
-    start = tl.load(cs_row + tl.minimum(t0 - 1, T - 1), mask=has_start, other=0.0)
-    return cs, s, start
-
-
-@triton.jit
-def _seq_at(seq_ptr, b, T, t):
-    return tl.load(seq_ptr + b * T + tl.minimum(tl.maximum(t, 0), T - 1))
-
-
-@triton.jit
-def _seq_keep(seq_ptr, b, T, t, ref, HAS_SEQ: tl.constexpr):
-    """1.0 where row ``t`` belongs to the sequence of position ``ref`` (clamped into ``[0, T)``), else 0."""
-    if HAS_SEQ:
-        return tl.where(tl.load(seq_ptr + b * T + t, mask=t < T, other=-1) == _seq_at(seq_ptr, b, T, ref), 1.0, 0.0)
-    return tl.where(t < T, 1.0, 0.0)
-
-
-@triton.jit
-def _diag_mask(seq_ptr, b, T, t, BM: tl.constexpr, HAS_SEQ: tl.constexpr):
-    """``i >= j`` inside one block (and one sequence): the pairs of a diagonal tile."""
-    idx = tl.arange(0, BM)
-    keep = idx[:, None] >= idx[None, :]
-    if HAS_SEQ:
-        sq = tl.load(seq_ptr + b * T + t, mask=t < T, other=-1)
-        keep = keep & (sq[:, None] == sq[None, :])
-    return keep
-
-
-@triton.jit
-def _block_order(NBLK: tl.constexpr, NC, LAST_HEAVIEST: tl.constexpr, HEAVY_FIRST: tl.constexpr):
-    """``(chunk, block)`` of this program: every chunk's heaviest block first with ``HEAVY_FIRST`` (the last wave
-    then holds light programs), else a chunk's blocks adjacent."""
-    c, K = tl.program_id(0) // NBLK, tl.program_id(0) % NBLK
-    if HEAVY_FIRST:
-        c, K = tl.program_id(0) % NC, tl.program_id(0) // NC
-        if LAST_HEAVIEST:
-            K = NBLK - 1 - K
-    return c, K
+from structmat.kernels.decay_triton_tiles import (
+    block_order,
+    diag_mask,
+    dot_two_parts,
+    dx_vectors,
+    head_vectors,
+    seq_at,
+    seq_keep,
+)
 
 
 @triton.jit
@@ -114,7 +60,7 @@ def decay_bwd_dc_kernel(
     final), ``m = NBLK`` ``sum_{j before the chunk} V_ij`` (through ``h_c``)."""
     NBLK: tl.constexpr = CHUNK // BM
     LO = x_ptr.dtype.element_ty
-    c, K = _block_order(NBLK, NC, True, HEAVY_FIRST)
+    c, K = block_order(NBLK, NC, True, HEAVY_FIRST)
     b = (tl.program_id(1) // G).to(tl.int64)
     g = tl.program_id(1) % G
     PN = P * N
@@ -133,7 +79,7 @@ def decay_bwd_dc_kernel(
     CK = tl.load(C_base + tK[:, None] * sC_t + offs_n[None, :] * sC_n, mask=mK[:, None] & mask_n[None, :],
                  other=0.0).to(LO)
     accC = tl.zeros((BM, BN), dtype=tl.float32)
-    keepK = _seq_keep(seq_ptr, b, T, tK, K0 - 1, HAS_SEQ)  # rows of K that see the state entering K
+    keepK = seq_keep(seq_ptr, b, T, tK, K0 - 1, HAS_SEQ)  # rows of K that see the state entering K
     h0 = g * HPG
 
     # tiles (K, J), J < K: rows of K see rows of J through the state entering K, decay = e_i f_j
@@ -143,14 +89,14 @@ def decay_bwd_dc_kernel(
         BJ = tl.load(B_base + tJ[:, None] * sB_t + offs_n[None, :] * sB_n, mask=mJ[:, None] & mask_n[None, :],
                      other=0.0).to(LO)
         CB = tl.dot(CK, tl.trans(BJ), input_precision=PREC)
-        keepJ = _seq_keep(seq_ptr, b, T, tJ, K0 - 1, HAS_SEQ)
+        keepJ = seq_keep(seq_ptr, b, T, tJ, K0 - 1, HAS_SEQ)
         M = tl.zeros((BM, BM), dtype=tl.float32)
         refpos = tl.minimum(K0 - 1, T - 1)
-        csK_n, csJ_n, ref_n, sJ_n = _head_vectors(cs_ptr, s_ptr, b, H, h0, T, tK, mK, tJ, mJ, refpos, HAS_SCALE)
+        csK_n, csJ_n, ref_n, sJ_n = head_vectors(cs_ptr, s_ptr, b, H, h0, T, tK, mK, tJ, mJ, refpos, HAS_SCALE)
         for hh in range(HPG):
             h = h0 + hh
             csK, csJ, ref, sJ = csK_n, csJ_n, ref_n, sJ_n  # loaded one head ahead: off the critical path
-            csK_n, csJ_n, ref_n, sJ_n = _head_vectors(cs_ptr, s_ptr, b, H, h0 + tl.minimum(hh + 1, HPG - 1), T, tK,
+            csK_n, csJ_n, ref_n, sJ_n = head_vectors(cs_ptr, s_ptr, b, H, h0 + tl.minimum(hh + 1, HPG - 1), T, tK,
                                                       mK, tJ, mJ, refpos, HAS_SCALE)
             dyK = tl.load(dy_ptr + b * sdy_b + h * sdy_h + tK[:, None] * sdy_t + offs_p[None, :] * sdy_p,
                           mask=mask_Kp, other=0.0).to(LO)
@@ -164,24 +110,24 @@ def decay_bwd_dc_kernel(
             Ws = W * e[:, None] * f[None, :]
             M += Ws
             tl.store(rpart_ptr + ((J * NB + b) * H + h) * T + tK, tl.sum(CB * Ws, axis=1), mask=mK)
-        accC += tl.dot(M.to(LO), BJ, input_precision=PREC)
+        accC = dot_two_parts(accC, M, BJ, LO, PREC)
 
     # the diagonal tile (K, K) and the state entering the chunk, one head at a time
     BK = tl.load(B_base + tK[:, None] * sB_t + offs_n[None, :] * sB_n, mask=mK[:, None] & mask_n[None, :],
                  other=0.0).to(LO)
     CB = tl.dot(CK, tl.trans(BK), input_precision=PREC)
-    keep = _diag_mask(seq_ptr, b, T, tK, BM, HAS_SEQ)
+    keep = diag_mask(seq_ptr, b, T, tK, BM, HAS_SEQ)
     strict = idx[:, None] > idx[None, :]
     lower = idx[:, None] >= idx[None, :]
-    keepc = _seq_keep(seq_ptr, b, T, tK, c0 - 1, HAS_SEQ)
+    keepc = seq_keep(seq_ptr, b, T, tK, c0 - 1, HAS_SEQ)
     st_off = offs_p[:, None] * N + offs_n[None, :]
     st_mask = mask_p[:, None] & mask_n[None, :]
     M = tl.zeros((BM, BM), dtype=tl.float32)
-    csK_n, _u1, _u2, sK_n = _head_vectors(cs_ptr, s_ptr, b, H, h0, T, tK, mK, tK, mK, 0, HAS_SCALE)
+    csK_n, _u1, _u2, sK_n = head_vectors(cs_ptr, s_ptr, b, H, h0, T, tK, mK, tK, mK, 0, HAS_SCALE)
     for hh in range(HPG):
         h = h0 + hh
         csK, sK = csK_n, sK_n
-        csK_n, _u1, _u2, sK_n = _head_vectors(cs_ptr, s_ptr, b, H, h0 + tl.minimum(hh + 1, HPG - 1), T, tK, mK, tK,
+        csK_n, _u1, _u2, sK_n = head_vectors(cs_ptr, s_ptr, b, H, h0 + tl.minimum(hh + 1, HPG - 1), T, tK, mK, tK,
                                               mK, 0, HAS_SCALE)
         if not HAS_SCALE:
             sK = tl.where(mK, 1.0, 0.0)
@@ -199,7 +145,7 @@ def decay_bwd_dc_kernel(
         dCs = tl.dot(dyK, hc, input_precision=PREC) * (tl.exp(tl.minimum(csK, 0.0)) * keepc)[:, None]
         accC += dCs
         tl.store(rpart_ptr + ((NBLK * NB + b) * H + h) * T + tK, tl.sum(dCs * CK.to(tl.float32), axis=1), mask=mK)
-    accC += tl.dot(M.to(LO), BK, input_precision=PREC)
+    accC = dot_two_parts(accC, M, BK, LO, PREC)
     tl.store(dC_ptr + ((b * T + tK[:, None]) * G + g) * N + offs_n[None, :], accC.to(dC_ptr.dtype.element_ty),
              mask=mK[:, None] & mask_n[None, :])
 
@@ -223,7 +169,7 @@ def decay_bwd_db_kernel(
     ``sum_{i in block m} V_ij``; ``m = NBLK + 1``: ``sum_{i after the chunk} V_ij`` (through ``G_c``)."""
     NBLK: tl.constexpr = CHUNK // BM
     LO = x_ptr.dtype.element_ty
-    c, K = _block_order(NBLK, NC, False, HEAVY_FIRST)
+    c, K = block_order(NBLK, NC, False, HEAVY_FIRST)
     b = (tl.program_id(1) // G).to(tl.int64)
     g = tl.program_id(1) % G
     PN = P * N
@@ -252,15 +198,15 @@ def decay_bwd_db_kernel(
         CI = tl.load(C_base + tI[:, None] * sC_t + offs_n[None, :] * sC_n, mask=mI[:, None] & mask_n[None, :],
                      other=0.0).to(LO)
         CBt = tl.dot(BK, tl.trans(CI), input_precision=PREC)
-        keepI = _seq_keep(seq_ptr, b, T, tI, I0 - 1, HAS_SEQ)
-        keepK = _seq_keep(seq_ptr, b, T, tK, I0 - 1, HAS_SEQ)
+        keepI = seq_keep(seq_ptr, b, T, tI, I0 - 1, HAS_SEQ)
+        keepK = seq_keep(seq_ptr, b, T, tK, I0 - 1, HAS_SEQ)
         Mt = tl.zeros((BM, BM), dtype=tl.float32)
         refpos = tl.minimum(I0 - 1, T - 1)
-        csI_n, csK_n, ref_n, sK_n = _head_vectors(cs_ptr, s_ptr, b, H, h0, T, tI, mI, tK, mK, refpos, HAS_SCALE)
+        csI_n, csK_n, ref_n, sK_n = head_vectors(cs_ptr, s_ptr, b, H, h0, T, tI, mI, tK, mK, refpos, HAS_SCALE)
         for hh in range(HPG):
             h = h0 + hh
             csI, csK, ref, sK = csI_n, csK_n, ref_n, sK_n
-            csI_n, csK_n, ref_n, sK_n = _head_vectors(cs_ptr, s_ptr, b, H, h0 + tl.minimum(hh + 1, HPG - 1), T, tI,
+            csI_n, csK_n, ref_n, sK_n = head_vectors(cs_ptr, s_ptr, b, H, h0 + tl.minimum(hh + 1, HPG - 1), T, tI,
                                                       mI, tK, mK, refpos, HAS_SCALE)
             xK = tl.load(x_ptr + b * sx_b + h * sx_h + tK[:, None] * sx_t + offs_p[None, :] * sx_p,
                          mask=mask_Kp, other=0.0).to(LO)
@@ -274,22 +220,22 @@ def decay_bwd_db_kernel(
             Ws = Wt * f[:, None] * e[None, :]
             Mt += Ws
             tl.store(rpart_ptr + ((I * NB + b) * H + h) * T + tK, tl.sum(CBt * Ws, axis=1), mask=mK)
-        accB += tl.dot(Mt.to(LO), CI, input_precision=PREC)
+        accB = dot_two_parts(accB, Mt, CI, LO, PREC)
 
     # the diagonal tile (K, K), transposed, and the state leaving the chunk, one head at a time
     CK = tl.load(C_base + tK[:, None] * sC_t + offs_n[None, :] * sC_n, mask=mK[:, None] & mask_n[None, :],
                  other=0.0).to(LO)
-    keep_t = tl.trans(_diag_mask(seq_ptr, b, T, tK, BM, HAS_SEQ))  # [j, i]: i >= j
+    keep_t = tl.trans(diag_mask(seq_ptr, b, T, tK, BM, HAS_SEQ))  # [j, i]: i >= j
     chunk_last = tl.minimum(c0 + CHUNK, T) - 1
-    keepc = _seq_keep(seq_ptr, b, T, tK, chunk_last, HAS_SEQ)
+    keepc = seq_keep(seq_ptr, b, T, tK, chunk_last, HAS_SEQ)
     st_off = offs_p[:, None] * N + offs_n[None, :]
     st_mask = mask_p[:, None] & mask_n[None, :]
     Mt = tl.zeros((BM, BM), dtype=tl.float32)
-    csK_n, _u1, tot_n, sK_n = _head_vectors(cs_ptr, s_ptr, b, H, h0, T, tK, mK, tK, mK, chunk_last, HAS_SCALE)
+    csK_n, _u1, tot_n, sK_n = head_vectors(cs_ptr, s_ptr, b, H, h0, T, tK, mK, tK, mK, chunk_last, HAS_SCALE)
     for hh in range(HPG):
         h = h0 + hh
         csK, total, sK = csK_n, tot_n, sK_n
-        csK_n, _u1, tot_n, sK_n = _head_vectors(cs_ptr, s_ptr, b, H, h0 + tl.minimum(hh + 1, HPG - 1), T, tK, mK,
+        csK_n, _u1, tot_n, sK_n = head_vectors(cs_ptr, s_ptr, b, H, h0 + tl.minimum(hh + 1, HPG - 1), T, tK, mK,
                                                 tK, mK, chunk_last, HAS_SCALE)
         if not HAS_SCALE:
             sK = tl.where(mK, 1.0, 0.0)
@@ -304,7 +250,7 @@ def decay_bwd_db_kernel(
         accB += dBs
         tl.store(rpart_ptr + (((NBLK + 1) * NB + b) * H + h) * T + tK, tl.sum(dBs * BK.to(tl.float32), axis=1),
                  mask=mK)
-    accB += tl.dot(Mt.to(LO), CK, input_precision=PREC)
+    accB = dot_two_parts(accB, Mt, CK, LO, PREC)
     tl.store(dB_ptr + ((b * T + tK[:, None]) * G + g) * N + offs_n[None, :], accB.to(dB_ptr.dtype.element_ty),
              mask=mK[:, None] & mask_n[None, :])
 
@@ -351,7 +297,7 @@ def decay_bwd_dx_kernel(
     dD = tl.zeros((BP,), dtype=tl.float32)
     end = tl.load(cs_row + tl.minimum(c0 + CHUNK, T) - 1)  # cs at the end of the block being processed
     t0n = c0 + (NBLK - 1) * BM
-    cs_n, s_n, start_n = _dx_vectors(cs_row, s_ptr + (b * H + h) * T, t0n, T, t0n > c0, BM, HAS_SCALE)
+    cs_n, s_n, start_n = dx_vectors(cs_row, s_ptr + (b * H + h) * T, t0n, T, t0n > c0, BM, HAS_SCALE)
     for i in range(NBLK):
         blk = NBLK - 1 - i
         t0 = c0 + blk * BM
@@ -361,10 +307,10 @@ def decay_bwd_dx_kernel(
         mask_tn = mt[:, None] & mask_n[None, :]
         cs, s, start = cs_n, s_n, start_n  # loaded one block ahead: off the critical path
         t0n = c0 + tl.maximum(blk - 1, 0) * BM
-        cs_n, s_n, start_n = _dx_vectors(cs_row, s_ptr + (b * H + h) * T, t0n, T, t0n > c0, BM, HAS_SCALE)
+        cs_n, s_n, start_n = dx_vectors(cs_row, s_ptr + (b * H + h) * T, t0n, T, t0n > c0, BM, HAS_SCALE)
         end = tl.minimum(end, start)  # a block wholly past T: no decay
-        keep_end = _seq_keep(seq_ptr, b, T, t, t0 + BM - 1, HAS_SEQ)
-        keep_start = _seq_keep(seq_ptr, b, T, t, t0 - 1, HAS_SEQ)
+        keep_end = seq_keep(seq_ptr, b, T, t, t0 + BM - 1, HAS_SEQ)
+        keep_start = seq_keep(seq_ptr, b, T, t, t0 - 1, HAS_SEQ)
         xb = tl.load(x_base + t[:, None] * sx_t + offs_p[None, :] * sx_p, mask=mask_tp, other=0.0)
         dyb = tl.load(dy_base + t[:, None] * sdy_t + offs_p[None, :] * sdy_p, mask=mask_tp, other=0.0).to(LO)
         Bb = tl.load(B_base + t[:, None] * sB_t + offs_n[None, :] * sB_n, mask=mask_tn, other=0.0).to(LO)
@@ -376,7 +322,7 @@ def decay_bwd_dx_kernel(
             du = tl.dot(Bb, (R - R_hi.to(tl.float32)).to(LO), du, input_precision=PREC)
         du = du * f[:, None]  # pairs with i after the block
         CBt = tl.dot(Bb, tl.trans(Cb), input_precision=PREC)  # [j, i] = C_i . B_j
-        keep_t = tl.trans(_diag_mask(seq_ptr, b, T, t, BM, HAS_SEQ))
+        keep_t = tl.trans(diag_mask(seq_ptr, b, T, t, BM, HAS_SEQ))
         A = CBt * tl.where(keep_t, tl.exp(tl.minimum(cs[None, :] - cs[:, None], 0.0)), 0.0)
         du += tl.dot(A.to(LO), dyb, input_precision=PREC)
         xf = xb.to(tl.float32)
@@ -392,7 +338,7 @@ def decay_bwd_dx_kernel(
                      mask=mt)
         dec = tl.exp(tl.minimum(end - start, 0.0))
         if HAS_SEQ:  # the state entering the block reaches its end only within one sequence
-            dec = tl.where(_seq_at(seq_ptr, b, T, t0 - 1) == _seq_at(seq_ptr, b, T, t0 + BM - 1), dec, 0.0)
+            dec = tl.where(seq_at(seq_ptr, b, T, t0 - 1) == seq_at(seq_ptr, b, T, t0 + BM - 1), dec, 0.0)
         e = tl.exp(tl.minimum(cs - start, 0.0)) * keep_start
         R = R * dec + tl.dot(tl.trans((Cb.to(tl.float32) * e[:, None]).to(LO)), dyb, input_precision=PREC)
         end = start
