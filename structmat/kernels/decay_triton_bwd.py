@@ -15,9 +15,9 @@ Kernels, in launch order (blocks of ``BM`` rows inside a chunk):
 * :func:`decay_bwd_dc_kernel` / :func:`decay_bwd_db_kernel` -- ``dC`` / ``dB`` of one (chunk, block,
   batch, group), summed over the group's heads in registers: per tile pair, the score gradient
   ``M = sum_h decay_h o (dy u^T)_h`` (one product per head on the unscaled inputs, the decays in fp32 as
-  ``e f^T`` off the diagonal), then one product with ``B`` (or ``C``) per group, ``M`` in two 16-bit parts; the state terms per
-  head; the row (dC) and column (dB) sums of ``V`` for ``d log_a``. A block's work grows (dC) or
-  shrinks (dB) with its index: the heaviest blocks launch first.
+  ``e f^T`` off the diagonal), then one product with ``B`` (or ``C``) per group, ``M`` in two 16-bit
+  parts; the state terms per head; the row (dC) and column (dB) sums of ``V`` for ``d log_a``. A
+  block's work grows (dC) or shrinks (dB) with its index: the heaviest blocks launch first.
 * :func:`decay_bwd_dx_kernel` -- one (chunk, batch, head) per program, blocks from the last to the
   first with the adjoint state in fp32 registers from ``G_c``: ``du``, hence ``dx`` and ``d scale``.
 * ``decay_triton_bwd_scan``'s ``decay_bwd_dla_kernel`` (``d log_a`` from the straddle sums of the two group

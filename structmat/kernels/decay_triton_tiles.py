@@ -41,6 +41,7 @@ def dx_vectors(cs_row, s_row, t0, T, has_start, BM: tl.constexpr, HAS_SCALE: tl.
 
 @triton.jit
 def seq_at(seq_ptr, b, T, t):
+    """The sequence id of position ``t``, clamped into ``[0, T)``."""
     return tl.load(seq_ptr + b * T + tl.minimum(tl.maximum(t, 0), T - 1))
 
 
