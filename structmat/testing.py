@@ -196,7 +196,8 @@ def structured_matrices(*, T: int, batch=(), dtype=torch.float64) -> st.SearchSt
 
 
 def assert_matches_dense(M: StructuredMatrix, *, rtol: float | None = None, K: int = 3, seed: int = 0) -> None:
-    """Check that ``M @ X``, ``M @ x`` (1-D), ``M.T @ Y`` and ``M.T.to_dense()`` agree with ``M.to_dense()``.
+    """Check that ``M @ X`` (contiguous, and a time-last view as the SMA linear order passes), ``M @ x`` (1-D),
+    ``M.T @ Y`` and ``M.T.to_dense()`` agree with ``M.to_dense()``.
 
     Errors are relative to the norm of the dense result, with :func:`tolerance` by default.
     """
@@ -208,6 +209,7 @@ def assert_matches_dense(M: StructuredMatrix, *, rtol: float | None = None, K: i
     first = (0,) * len(M.batch_shape)
     checks = {
         "M @ X": (M @ X, dense @ X),
+        "M @ X (time-last view)": (M @ X.mT.contiguous().mT, dense @ X),
         "M @ x (1-D)": ((M @ X[first][:, 0]).expand(*M.batch_shape, M.shape[-2])[first], dense[first] @ X[first][:, 0]),
         "M.T @ Y": (M.T @ Y, dense.transpose(-1, -2) @ Y),
         "M.T.to_dense()": (M.T.to_dense(), dense.transpose(-1, -2)),

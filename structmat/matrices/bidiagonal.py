@@ -79,9 +79,12 @@ class Bidiagonal(StructuredMatrix):
         return dense.expand(self.shape)
 
     def _matmat(self, X: torch.Tensor) -> torch.Tensor:
-        pad = (0, 0, 1, 0) if self.lower else (0, 0, 0, 1)
-        shifted = self.sub[..., None] * (X[..., :-1, :] if self.lower else X[..., 1:, :])
-        return self.diag[..., None] * X + torch.nn.functional.pad(shifted, pad)
+        # two passes that keep X's memory layout (the SMA linear order passes time-last views)
+        out = self.diag[..., None] * X
+        if X.shape[-2] > 1:
+            below, above = (slice(1, None), slice(None, -1)) if self.lower else (slice(None, -1), slice(1, None))
+            out[..., below, :].addcmul_(self.sub[..., None], X[..., above, :])
+        return out
 
     def _map(self, fn) -> Bidiagonal:
         return Bidiagonal(fn(self.diag), fn(self.sub), lower=self.lower)
