@@ -4,7 +4,8 @@ Run by hand: ``python benchmarks/calibrate_plan.py RESULTS.json [--write]``. ``R
 ``bench_sma`` run (rows ``mask, N=P, T`` with a time per order, B = 1, H = 2) or the ``planner`` section of
 ``benchmarks/sizes_ops.py`` (rows ``class, B, H, N, P, T`` with ``times``, us per order). For each order it fits
 ``ms = flops * s_flop + bytes * s_byte + passes * ms_pass`` (non-negative, least squares on relative error) over
-the measured rows, prints the coefficients and the regret that model would have on the same rows; ``--write``
+the measured rows, refines them where that improves the choices on the same rows (:func:`refine`), prints the
+coefficients and the regret that model would have on those rows; ``--write``
 stores them in ``structmat/attention/tuning.json``, where ``structmat.attention.tuning_for`` reads them.
 """
 
@@ -78,6 +79,48 @@ def fit(rows, feats) -> dict:
     return coefficients
 
 
+#: Factors :func:`refine` tries on one coefficient at a time, and its most sweeps over all of them.
+REFINE_FACTORS = (0.6, 0.75, 0.85, 0.93, 1.07, 1.15, 1.3, 1.6)
+REFINE_SWEEPS = 4
+
+
+def regrets(coefficients: dict, rows, feats) -> list[float]:
+    """Per row, the measured time of the order the estimates pick over the fastest order's."""
+    out = []
+    for r, f in zip(rows, feats):
+        est = {o: float(np.dot(coefficients[key], x)) for o, (key, x) in f.items()}
+        choice = min(est, key=est.get)
+        out.append(r["times"][choice] / min(r["times"][o] for o in f))
+    return out
+
+
+def refine(coefficients: dict, rows, feats) -> dict:
+    """The per-order fits minimise each order's relative error, not the planner's choices: where two orders' estimates
+    are close, errors of a few percent pick the slower one. Greedy sweeps scale one coefficient at a time by
+    :data:`REFINE_FACTORS` where that lowers the worst regret, then the mean log regret, over the rows."""
+    def score(c: dict) -> tuple[float, float]:
+        g = regrets(c, rows, feats)
+        return max(g), float(np.mean(np.log(g)))
+
+    best, current = dict(coefficients), score(coefficients)
+    for _ in range(REFINE_SWEEPS):
+        improved = False
+        for key in sorted(best):
+            for i in range(3):
+                for factor in REFINE_FACTORS:
+                    trial = dict(best)
+                    trial[key] = [v * factor if j == i else v for j, v in enumerate(best[key])]
+                    s = score(trial)
+                    if s < current:
+                        best, current, improved = trial, s, True
+        if not improved:
+            break
+    for key in sorted(best):
+        if best[key] != coefficients[key]:
+            print(f'refined "{key}": [{best[key][0]:.3g}, {best[key][1]:.3g}, {best[key][2]:.3g}]')
+    return best
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("paths", nargs="+")
@@ -87,15 +130,14 @@ def main() -> None:
     rows = [r for path in args.paths for r in measured(json.loads(Path(path).read_text()))]
     feats = features(rows, kind)
     coefficients = fit(rows, feats)
-    regrets = []
-    for r, f in zip(rows, feats):
-        est = {o: float(np.dot(coefficients[key], x)) for o, (key, x) in f.items()}
-        choice = min(est, key=est.get)
-        regrets.append(r["times"][choice] / min(r["times"][o] for o in f))
-        if regrets[-1] > 1.2:
-            print(f"  {r['mask']} B={r['B']} H={r['H']} N={r['N']} P={r['P']} T={r['T']}: picks {choice}, "
-                  f"measured {({o: round(r['times'][o], 2) for o in f})}")
-    print(f"in-sample regret: median {statistics.median(regrets):.3f}, worst {max(regrets):.3f}")
+    print(f"in-sample regret of the fits: worst {max(regrets(coefficients, rows, feats)):.3f}")
+    coefficients = refine(coefficients, rows, feats)
+    regret = regrets(coefficients, rows, feats)
+    for r, g in zip(rows, regret):
+        if g > 1.2:
+            print(f"  {r['mask']} B={r['B']} H={r['H']} N={r['N']} P={r['P']} T={r['T']}: regret {g:.2f}, "
+                  f"measured {({o: round(t, 2) for o, t in r['times'].items()})}")
+    print(f"in-sample regret: median {statistics.median(regret):.3f}, worst {max(regret):.3f}")
     if args.write:
         tuning = json.loads(TUNING_FILE.read_text())
         tuning[kind]["coefficients"].update(coefficients)

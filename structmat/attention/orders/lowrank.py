@@ -21,7 +21,8 @@ class LowRankOrder(Order):
 
     def cost(self, p: Problem, mask: StructuredMatrix, tuning: Tuning) -> Cost:
         r = mask.order
-        return Cost(r * (2 * p.BH * p.S * p.N * p.P + 2 * p.BH * p.T * p.N * p.P), p.BH * r * p.N * p.P * p.element_bytes, 1)
+        held = p.BH * r * p.N * (p.S + p.T + p.P)  # the per-rank keys and queries (B, H, T, r N), and kv
+        return Cost(r * (2 * p.BH * p.S * p.N * p.P + 2 * p.BH * p.T * p.N * p.P), held * p.element_bytes, 1)
 
     def run(self, q, k, v, mask, scale, tuning, chunk) -> torch.Tensor:
         Bsz, T, H, N = q.shape
