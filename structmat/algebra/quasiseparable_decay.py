@@ -31,7 +31,7 @@ import scipy.linalg.lapack
 import torch
 
 from structmat.algebra.semiseparable import batch_of, fit
-from structmat.core.transitions import Transitions, carries_gradient
+from structmat.core.transitions import Transitions
 from structmat.linalg.first_order import first_order_scan
 from structmat.linalg.quasiseparable_lu import host, host_steps_apply
 from structmat.linalg.segsum import decay_products
@@ -52,22 +52,22 @@ PAIRS_DENSE_MAX_ENTRIES = 128 * 128
 def decay_sides(M1: Quasiseparable, M2: Quasiseparable) -> bool:
     """Every side of both operands is an order-1 SSS with log decays whose decays are not differentiated (those go
     through the generic rules, which carry them)."""
-    for M in (M1, M2):
-        for P in (M.lower_part, M.upper_part):
-            A = P.transitions
-            if A.kind != "log" or P.B.shape[-1] != 1 or carries_gradient(A.decays):
-                return False
+    grad = torch.is_grad_enabled()  # (asked once, not per side)
+    for P in (M1.lower_part, M1.upper_part, M2.lower_part, M2.upper_part):
+        A = P.transitions
+        if A.kind != "log" or P.B.shape[-1] != 1 or (grad and A.decays is not None and A.decays.requires_grad):
+            return False
     return True
 
 
 def _sides(M1: Quasiseparable, M2: Quasiseparable, batch, T: int) -> list[tuple[torch.Tensor, ...]]:
     """``(log decays (*batch, T), b, c (*batch, T, 1))`` of the sides ``1l, 1u, 2l, 2u`` (expanded where a side has a
     smaller batch: each expand and each shape check costs about a microsecond, so a side at the batch is checked once)."""
-    full, out = (*batch, T), []
+    full, maps, out = (*batch, T), (*batch, T, 1), []
     for P in (M1.lower_part, M1.upper_part, M2.lower_part, M2.upper_part):
         A, B, C = P.transitions.values, P.B, P.C
-        out.append((A, B, C) if B.shape[:-1] == full == C.shape[:-1] == A.shape else
-                   (fit(A, *full), fit(B, *full, 1), fit(C, *full, 1)))
+        out.append((A, B, C) if A.shape == full and B.shape == maps and C.shape == maps else
+                   (fit(A, *full), fit(B, *maps), fit(C, *maps)))
     return out
 
 
@@ -81,10 +81,12 @@ def decay_add(M1: Quasiseparable, M2: Quasiseparable) -> Quasiseparable:
     zeros = M1.lower_part.D  # (a strict part's zero diagonal: reused, at the batch)
     zeros = zeros if zeros.shape == b1l.shape[:-1] else zeros.expand(b1l.shape[:-1])
     # both sides in one tensor per generator (each operation costs more than the T entries it moves); each side a view
+    # (``chunk`` makes both in one call, two slices cost twice as much)
     a = torch.exp(torch.stack([l1, l2, m1, m2], -1))
     b, c = torch.cat([b1l, b2l, b1u, b2u], -1), torch.cat([c1l, c2l, c1u, c2u], -1)
-    lower = Generators(Transitions(a[..., :2], "diag"), b[..., :2], c[..., :2], zeros)
-    upper = Generators(Transitions(a[..., 2:], "diag"), b[..., 2:], c[..., 2:], zeros)
+    (a_lower, a_upper), (b_lower, b_upper), (c_lower, c_upper) = a.chunk(2, -1), b.chunk(2, -1), c.chunk(2, -1)
+    lower = Generators(Transitions(a_lower, "diag"), b_lower, c_lower, zeros)
+    upper = Generators(Transitions(a_upper, "diag"), b_upper, c_upper, zeros)
     return Quasiseparable._of(SSS._assemble(lower, True, batch), SSS._assemble(upper, False, batch), M1.diag + M2.diag,
                               batch)
 
