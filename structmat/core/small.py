@@ -123,7 +123,10 @@ def keep(M, key, build: Callable[[], object]) -> object:
     if kept is None:
         return build()
     if key not in kept.values:
-        kept.values[key] = build()
+        # outside inference mode: a kept inference tensor could not be saved for a later call's backward (no gradient
+        # is wanted of a kept value: _record keeps nothing for parameters that need one)
+        with torch.inference_mode(False), torch.no_grad():
+            kept.values[key] = build()
     return kept.values[key]
 
 

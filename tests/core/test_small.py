@@ -165,3 +165,22 @@ def test_kept_blas_solve_sees_changes_overflow_nan_and_empty():
     with sm.skip_finite_checks():  # the check is the user's to skip, on both paths
         for _ in range(2):
             assert not torch.isfinite(huge.solve(torch.ones(200, dtype=F64))).all()
+
+
+def test_values_kept_in_inference_mode_serve_later_gradients():
+    """A Toeplitz product keeps its circulant spectrum, a causal solve its inverse's: kept under inference mode,
+    they must still serve a later call whose result is differentiated (an inference tensor cannot be saved)."""
+    T = 300  # above the kept dense forms' size
+    M = sm.Toeplitz(randn(T, seed=1), randn(T, seed=2))
+    L = sm.Toeplitz.causal(randn(T, seed=3) / T + torch.cat([torch.full((1,), 5.0, dtype=F64), torch.zeros(T - 1, dtype=F64)]))
+    with torch.inference_mode():
+        M @ randn(T, 2, seed=4)
+        L.solve(randn(T, 2, seed=5))
+    X = randn(T, 2, seed=6).requires_grad_()
+    (M @ X).sum().backward()
+    close(X.grad, M.to_dense().sum(0)[:, None].expand(T, 2))
+    Y = randn(T, 2, seed=7).requires_grad_()
+    L.solve(Y).sum().backward()
+    close(Y.grad, torch.linalg.inv(L.to_dense()).sum(0)[:, None].expand(T, 2))
+    with torch.inference_mode():  # and inference mode still gives inference tensors
+        assert (M @ randn(T, 1, seed=8)).is_inference()
