@@ -123,20 +123,15 @@ def keep(M, key, build: Callable[[], object]) -> object:
     if kept is None:
         return build()
     if key not in kept.values:
-        # outside inference mode: a kept inference tensor could not be saved for a later call's backward (no gradient
-        # is wanted of a kept value: _record keeps nothing for parameters that need one)
-        with torch.inference_mode(False), torch.no_grad():
-            kept.values[key] = build()
+        kept.values[key] = _built(build)
     return kept.values[key]
 
 
-def _dense(M) -> torch.Tensor:
-    with torch.no_grad():
-        dense = M.to_dense().expand(M.shape).contiguous()
-    if torch.is_inference_mode_enabled():  # an inference tensor could not be saved for a later backward
-        with torch.inference_mode(False):
-            dense = dense.clone()
-    return dense
+def _built(build: Callable[[], object]) -> object:
+    """``build()`` for keeping: outside inference mode (a kept inference tensor could not be saved for a later call's
+    backward) and without a graph (nothing is kept for parameters that need a gradient, :func:`_record`)."""
+    with torch.inference_mode(False), torch.no_grad():
+        return build()
 
 
 def dense_form(M, X: torch.Tensor) -> torch.Tensor | None:
@@ -146,8 +141,8 @@ def dense_form(M, X: torch.Tensor) -> torch.Tensor | None:
     values = kept.values
     if ("dense", X.dtype) not in values:
         if ("dense", M.dtype) not in values:
-            values[("dense", M.dtype)] = _dense(M)
-        values[("dense", X.dtype)] = values[("dense", M.dtype)].to(X.dtype)
+            values[("dense", M.dtype)] = _built(lambda: M.to_dense().expand(M.shape).contiguous())
+        values[("dense", X.dtype)] = _built(lambda: values[("dense", M.dtype)].to(X.dtype))
     return values[("dense", X.dtype)]
 
 

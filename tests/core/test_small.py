@@ -184,3 +184,9 @@ def test_values_kept_in_inference_mode_serve_later_gradients():
     close(Y.grad, torch.linalg.inv(L.to_dense()).sum(0)[:, None].expand(T, 2))
     with torch.inference_mode():  # and inference mode still gives inference tensors
         assert (M @ randn(T, 1, seed=8)).is_inference()
+    S = sm.OneSS.decay(0.5, 8)  # a float32 matrix's dense form kept in float64 (a float64 operand) in inference mode
+    with torch.inference_mode():
+        S @ randn(8, 2, seed=9)
+    Z = randn(8, 2, seed=10).requires_grad_()
+    (S @ Z).sum().backward()
+    close(Z.grad, S.to_dense().to(F64).sum(0)[:, None].expand(8, 2))
