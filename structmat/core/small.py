@@ -25,7 +25,7 @@ import torch
 
 from structmat.core.validation import SingularMatrixError, finite_checks_enabled
 
-__all__ = ["DENSE_MAX_ENTRIES", "DENSE_MAX_WORK", "dense_form", "dense_solve", "keep", "vector_solve"]
+__all__ = ["DENSE_MAX_ENTRIES", "DENSE_MAX_WORK", "dense_form", "dense_solve", "keep", "keep_when_used", "vector_solve"]
 
 #: Most entries (``T * S`` times the batch) of a matrix whose products and solves run through its kept
 #: dense form: ``256 x 256``. Measured (one thread, float64, ``x (T, 1)``): a 1-SS, SSS(4), Toeplitz,
@@ -125,6 +125,25 @@ def keep(M, key, build: Callable[[], object]) -> object:
     if key not in kept.values:
         kept.values[key] = _built(build)
     return kept.values[key]
+
+
+def keep_when_used(M, key, build: Callable[[], object], columns: int, after: int, replaces: tuple = ()) -> object | None:
+    """:func:`keep` for a value that costs many calls to build: ``None`` (the caller takes its other path) until the
+    calls with ``M`` recorded under ``key`` have brought ``after`` columns, this call's ``columns`` included; then
+    ``build()``, kept in place of the values kept under the keys ``replaces`` (which it serves instead). None where
+    a gradient is wanted (nothing is kept)."""
+    kept = _record(M)
+    if kept is None:
+        return None
+    values = kept.values
+    if key not in values:
+        used = values[("columns", key)] = values.get(("columns", key), 0) + columns
+        if used < after:
+            return None
+        values[key] = _built(build)
+        for other in replaces:
+            values.pop(other, None)
+    return values[key]
 
 
 def _built(build: Callable[[], object]) -> object:

@@ -16,6 +16,7 @@ from structmat.core.validation import (
     check_nonnegative,
     trusted_parameters,
 )
+from structmat.linalg import chunk_form
 from structmat.linalg.dense_form import sss_dense
 from structmat.linalg.first_order import decay_matrix, first_order_scan
 from structmat.linalg.semiseparable import Generators
@@ -219,6 +220,8 @@ class OneSS(SSS):
         return dense if self.lower else dense.transpose(-1, -2)
 
     def _matmat(self, X: torch.Tensor) -> torch.Tensor:
+        if (F := self._chunk_form(X)) is not None:
+            return chunk_form.apply(F, X)
         # lower: diag(c) F diag(b) X with F the first-order recurrence; upper: its transpose diag(b) F^T diag(c) X
         first, last = (self.b, self.c) if self.lower else (self.c, self.b)
         u = X if first is None else first[..., None] * X

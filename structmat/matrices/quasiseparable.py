@@ -12,7 +12,7 @@ import torch
 from structmat.core import small
 from structmat.core.base import StructuredMatrix
 from structmat.core.validation import as_tensor, broadcast_batch, check_finite, check_same_device
-from structmat.linalg import quasiseparable_banded
+from structmat.linalg import chunk_form, quasiseparable_banded
 from structmat.linalg.quasiseparable_lu import quasiseparable_lu
 from structmat.linalg.quasiseparable_solve import quasiseparable_solve
 from structmat.linalg.semiseparable import Generators
@@ -210,10 +210,21 @@ class Quasiseparable(StructuredMatrix):
         return self.lower_part.to_dense() + self.upper_part.to_dense() + torch.diag_embed(self.diag)
 
     def _matmat(self, X: torch.Tensor) -> torch.Tensor:
+        if (F := self._chunk_form(X)) is not None:
+            return chunk_form.apply(F, X)
         if self.halves is not None and not torch.compiler.is_compiling():  # (their CPU scan graph-breaks)
             lower, upper = self.halves
             return lower.matmul(X) + upper.matmul(X) + self._halves_diagonal()[..., None] * X
         return self.lower_part._matmat(X) + self.upper_part._matmat(X) + self.diag[..., None] * X
+
+    def _chunk_form(self, X: torch.Tensor) -> chunk_form.ChunkForm | None:
+        """The kept :mod:`~structmat.linalg.chunk_form` of the matrix for ``X (*, T, K)`` (as
+        :meth:`SSS._chunk_form <structmat.SSS._chunk_form>`), else None."""
+        if not chunk_form.applies(self.dtype, X, self.shape[-1], sum(self.order), self.batch_shape.numel()):
+            return None
+        lower, upper = self.lower_part.generators, self.upper_part.generators
+        return small.keep_when_used(self, "chunk form", lambda: chunk_form.quasiseparable_form(lower, upper, self.diag),
+                                    X.shape[:-2].numel() * X.shape[-1], chunk_form.FORM_AFTER_COLUMNS)
 
     def _map(self, fn) -> Quasiseparable:
         lower, upper = self._sides()

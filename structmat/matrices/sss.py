@@ -10,7 +10,7 @@ from structmat.core import small
 from structmat.core.base import StructuredMatrix
 from structmat.core.transitions import Transitions
 from structmat.core.validation import as_tensor, broadcast_batch, check_dtype, check_finite, check_same_device, trusted_parameters
-from structmat.linalg import banded
+from structmat.linalg import banded, chunk_form
 from structmat.linalg.block_solve import WIDE_CHUNK, WIDE_COLUMNS, ChunkMaps, block_solve, chunk_maps
 from structmat.linalg.dense_form import sss_dense
 from structmat.linalg.first_order import scalar_sss_product
@@ -167,6 +167,8 @@ class SSS(StructuredMatrix):
 
     # --- products -----------------------------------------------------------------------------------
     def _matmat(self, X: torch.Tensor) -> torch.Tensor:
+        if (F := self._chunk_form(X)) is not None:
+            return chunk_form.apply(F, X)
         G = self.generators
         if G.A.kind == "log" and G.order == 1 and not banded.keeps(G, self.batch_shape):  # one scan, no band to build
             return scalar_sss_product(G.A.values, G.B, G.C, G.D, X, G.A.decays, self.lower)
@@ -176,6 +178,21 @@ class SSS(StructuredMatrix):
         if not reversed_:
             return G.matmat(X)[0]
         return torch.flip(G.matmat(torch.flip(X, (-2,)))[0], (-2,))
+
+    def _chunk_form(self, X: torch.Tensor, inverse: bool = False) -> chunk_form.ChunkForm | None:
+        """The kept :mod:`~structmat.linalg.chunk_form` of the matrix (``inverse``: of its inverse) for ``X (*, T, K)``
+        in the matrix's dtype, once the matrix has multiplied enough columns to pay for it
+        (:data:`~structmat.linalg.chunk_form.FORM_AFTER_COLUMNS`); else None."""
+        if not chunk_form.applies(self.dtype, X, self.shape[-1], self.order, self.batch_shape.numel()):
+            return None
+        replaces = (("band", True), "chunk maps") if inverse else (("band", False),)  # (what the form serves instead)
+        return small.keep_when_used(self, ("chunk form", inverse), lambda: self._built_form(inverse),
+                                    X.shape[:-2].numel() * X.shape[-1], chunk_form.FORM_AFTER_COLUMNS, replaces)
+
+    def _built_form(self, inverse: bool) -> chunk_form.ChunkForm | None:
+        G = self.generators
+        F = chunk_form.lower_inverse_form(G) if inverse else chunk_form.lower_form(G)
+        return F if F is None or self.lower else F.T
 
     def _band(self, solve: bool, G: Generators) -> banded.Band | None:
         """:func:`structmat.linalg.banded.band` of the generators ``G``, kept with the matrix
@@ -201,6 +218,9 @@ class SSS(StructuredMatrix):
         if X is not None:
             return X
         M, Y, vector = self._operand(Y, "Y")
+        if (F := M._chunk_form(Y, inverse=True)) is not None:
+            X = chunk_form.apply(F, Y)
+            return X[..., 0] if vector else X
         G, maps = M.generators, None
         if banded.applies(G, Y, solve=True, batch=M.batch_shape):
             maps = M._wide_maps(Y)
