@@ -82,9 +82,8 @@ def decay_add(M1: Quasiseparable, M2: Quasiseparable) -> Quasiseparable:
     zeros = zeros if zeros.shape == b1l.shape[:-1] else zeros.expand(b1l.shape[:-1])
     # both sides in one tensor per generator (each operation costs more than the T entries it moves); each side a view
     # (``chunk`` makes both in one call, two slices cost twice as much)
-    a = torch.exp(torch.stack([l1, l2, m1, m2], -1))
-    b, c = torch.cat([b1l, b2l, b1u, b2u], -1), torch.cat([c1l, c2l, c1u, c2u], -1)
-    (a_lower, a_upper), (b_lower, b_upper), (c_lower, c_upper) = a.chunk(2, -1), b.chunk(2, -1), c.chunk(2, -1)
+    a_lower, a_upper = torch.exp(torch.stack([l1, l2, m1, m2], -1)).chunk(2, -1)
+    b_lower, b_upper, c_lower, c_upper = torch.cat([b1l, b2l, b1u, b2u, c1l, c2l, c1u, c2u], -1).chunk(4, -1)
     lower = Generators(Transitions(a_lower, "diag"), b_lower, c_lower, zeros)
     upper = Generators(Transitions(a_upper, "diag"), b_upper, c_upper, zeros)
     return Quasiseparable._of(SSS._assemble(lower, True, batch), SSS._assemble(upper, False, batch), M1.diag + M2.diag,
