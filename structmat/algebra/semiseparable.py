@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from structmat.algebra.semiseparable_host import host_applies, host_matmul_lower
 from structmat.core.joins import join_states, pad
 from structmat.core.transitions import Transitions
 from structmat.core.validation import SingularMatrixError, check_overflow
@@ -114,12 +115,15 @@ def _dot(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 def sss_matmul(M1: SSS, M2: SSS) -> SSS:
-    """``SSS(N1) @ SSS(N2) = SSS(N1 + N2)`` with block upper-triangular ``A`` (``U1 U2 = (L2 L1)^T``)."""
+    """``SSS(N1) @ SSS(N2) = SSS(N1 + N2)`` with block upper-triangular ``A`` (``U1 U2 = (L2 L1)^T``); the generators in
+    numpy where no gradient is wanted on the CPU (:mod:`structmat.algebra.semiseparable_host`)."""
     product = _one_ss_product(M1, M2)
     if product is not None:
         return product
     G1, G2, batch = operand_generators(M1, M2)
-    return build(matmul_lower(G1, G2) if M1.lower else matmul_lower(G2, G1), M1.lower, batch)
+    first, second = (G1, G2) if M1.lower else (G2, G1)
+    product = host_matmul_lower if host_applies(first, second) else matmul_lower
+    return build(product(first, second), M1.lower, batch)
 
 
 def sss_hadamard(M1: SSS, M2: SSS) -> SSS:
