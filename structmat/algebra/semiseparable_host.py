@@ -27,7 +27,8 @@ def _parameters(G: Generators) -> tuple[torch.Tensor, ...]:
 
 def host_applies(G1: Generators, G2: Generators) -> bool:
     """Whether :func:`host_matmul_lower` runs ``G1, G2``: CPU tensors of one dtype (float32/64, complex64/128; real
-    transitions with complex maps), every parameter at one batch shape (no broadcasting left to do), no gradient wanted, not while ``torch.compile`` traces."""
+    transitions with complex maps), every parameter at one batch shape (no broadcasting left to do), no gradient
+    wanted, not while ``torch.compile`` traces."""
     B = G1.B
     if B.device.type != "cpu" or B.dtype not in _DTYPES or torch.compiler.is_compiling():
         return False

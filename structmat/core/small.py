@@ -129,15 +129,16 @@ def keep(M, key, build: Callable[[], object]) -> object:
 
 def keep_when_used(M, key, build: Callable[[], object], columns: int, after: int, replaces: tuple = ()) -> object | None:
     """:func:`keep` for a value that costs many calls to build: ``None`` (the caller takes its other path) until the
-    calls with ``M`` recorded under ``key`` have brought ``after`` columns, this call's ``columns`` included; then
-    ``build()``, kept in place of the values kept under the keys ``replaces`` (which it serves instead). None where
-    a gradient is wanted (nothing is kept)."""
+    earlier calls with ``M`` recorded under ``key`` have brought ``after`` columns (this call's ``columns`` are recorded
+    for the next: a matrix used once never pays for the build); then ``build()``, kept in place of the values kept
+    under the keys ``replaces`` (which it serves instead). None where a gradient is wanted (nothing is kept)."""
     kept = _record(M)
     if kept is None:
         return None
     values = kept.values
     if key not in values:
-        used = values[("columns", key)] = values.get(("columns", key), 0) + columns
+        used = values.get(("columns", key), 0)
+        values[("columns", key)] = used + columns
         if used < after:
             return None
         values[key] = _built(build)

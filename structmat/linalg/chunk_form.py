@@ -19,7 +19,7 @@ The inverse of a lower SSS has the same form: block forward substitution ``X_c =
 ``R'^T = R_c^T M_c^{-1}`` and the chunk transitions ``P'_c = P_c - R'^T_c W_c`` (dense ``N x N``).
 
 The form costs ``T L + (T r / L)^2 + 2 T r`` entries (``r`` states): it is built once and kept with the matrix
-(:func:`structmat.core.small.keep`) up to :data:`MAX_ENTRIES`; longer sequences take the banded paths
+(:func:`structmat.core.small.keep_when_used`, once it has paid for itself) up to :data:`MAX_ENTRIES`; longer sequences take the banded paths
 (:mod:`structmat.linalg.banded`), linear in ``T``.
 """
 
@@ -49,11 +49,10 @@ MAX_CHUNKS = 64
 #: (:data:`structmat.linalg.banded.KEEP_MAX_ENTRIES`). SSS(4) stays within it up to T = 8192.
 MAX_ENTRIES = 2**21
 
-#: Columns multiplied (or solved) by one matrix before its form is built (the calls before take the banded
-#: paths): building costs 10-60 one-column products (1-10 ms at T = 1024, one thread), so the form is bought once
-#: the products have spent about as much, and a matrix used a few times never pays for it. A call with at least
-#: this many columns builds it at once (at T = 1024 with 64 columns a product through the form costs 0.5 ms, through
-#: the band 4-5 ms).
+#: Columns multiplied (or solved) by one matrix before its form is built (the calls until then take the banded
+#: paths): building costs 10-60 one-column products (1-6 ms at T = 1024, one thread), so the form is bought once the
+#: products have spent about as much (the rent-or-buy rule), and a matrix used once or a few times never pays for it.
+#: Measured at T = 1024 with 64 columns: a product through the form 0.5 ms, through the band 4-5 ms.
 FORM_AFTER_COLUMNS = 64
 
 _DTYPES = (torch.float32, torch.float64, torch.complex64, torch.complex128)

@@ -113,15 +113,15 @@ def _classes(T):
 
 @pytest.mark.parametrize("name,M", list(_classes(300)), ids=lambda v: v if isinstance(v, str) else "")
 def test_classes_take_the_form_after_enough_columns(name, M):
-    """Products (and triangular solves) before and after the form is kept equal the dense matrix; one-column calls
-    build it only once FORM_AFTER_COLUMNS columns have been multiplied, a call with that many columns at once."""
+    """Products (and triangular solves) before and after the form is kept equal the dense matrix; it is built by the
+    first call after FORM_AFTER_COLUMNS columns have been multiplied (a matrix used once never builds it)."""
     dense = M.to_dense()
     X = randn(300, 3, seed=1)
     key = "chunk form" if isinstance(M, sm.Quasiseparable) else ("chunk form", False)
     close(M @ X, dense @ X)
-    _used(M, chunk_form.FORM_AFTER_COLUMNS - 4)
-    assert key not in M._small.values
-    close(M @ X, dense @ X)  # the call that reaches the count builds the form and uses it
+    _used(M, chunk_form.FORM_AFTER_COLUMNS - 3)
+    assert key not in M._small.values  # the count is reached, by earlier calls only
+    close(M @ X, dense @ X)  # the next call builds the form and uses it
     assert M._small.values[key] is not None
     assert ("band", False) not in M._small.values  # the form serves instead of the band
     close(M @ X, dense @ X)
@@ -133,6 +133,8 @@ def test_classes_take_the_form_after_enough_columns(name, M):
     if isinstance(M, sm.SSS):
         Y = randn(300, chunk_form.FORM_AFTER_COLUMNS, seed=4)
         close(M.solve(Y), torch.linalg.solve(dense, Y), rtol=1e-8)
+        assert ("chunk form", True) not in M._small.values  # one call, however wide, builds nothing
+        close(M.solve(Y), torch.linalg.solve(dense, Y), rtol=1e-8)
         if not isinstance(M, sm.OneSS):  # (a 1-SS solves through its bidiagonal inverse)
             assert M._small.values[("chunk form", True)] is not None
         close(M.solve(Y[:, 0]), torch.linalg.solve(dense, Y[:, 0]), rtol=1e-8)
@@ -143,6 +145,7 @@ def test_form_follows_parameters_changed_in_place_and_serves_no_gradient():
     B = randn(T, 2, seed=2)
     M = sm.SSS(rand(T, 2, seed=1), B, randn(T, 2, seed=3), D=2 + rand(T, seed=4))
     X = randn(T, chunk_form.FORM_AFTER_COLUMNS, seed=5)
+    M @ X
     M @ X
     assert ("chunk form", False) in M._small.values
     with torch.no_grad():
