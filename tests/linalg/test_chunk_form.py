@@ -105,6 +105,9 @@ def _classes(T):
                                 D=2 + rand(T, seed=8))
     yield "upper SSS", sm.SSS(A, randn(T, 4, seed=2) / 4, randn(T, 4, seed=3) / 4, D=2 + rand(T, seed=4), lower=False)
     yield "OneSS", sm.OneSS.from_decays(rand(T, seed=9), b=1 + rand(T, seed=10), c=1 + rand(T, seed=11))
+    yield "upper OneSS", sm.OneSS.from_decays(rand(T, seed=9), b=1 + rand(T, seed=10), c=2 + rand(T, seed=11)).T
+    yield "SSS float32", sm.SSS(A.float(), randn(T, 4, seed=2).float() / 4, randn(T, 4, seed=3).float() / 4,
+                                D=2 + rand(T, seed=4).float())
     fwd = sm.SSS(0.5 + 0.5 * rand(T, 2, seed=12), randn(T, 2, seed=13) / 4, randn(T, 2, seed=14) / 4)
     bwd = sm.SSS(rand(T, 2, 2, seed=15) / 4, randn(T, 2, seed=16) / 4, randn(T, 2, seed=17) / 4)
     yield "Quasiseparable", sm.Quasiseparable.bidirectional(fwd, bwd, 3 + rand(T, seed=18))
@@ -115,29 +118,37 @@ def _classes(T):
 def test_classes_take_the_form_after_enough_columns(name, M):
     """Products (and triangular solves) before and after the form is kept equal the dense matrix; it is built by the
     first call after FORM_AFTER_COLUMNS columns have been multiplied (a matrix used once never builds it)."""
-    dense = M.to_dense()
-    X = randn(300, 3, seed=1)
+    dense = M.to_dense().double()
+    rtol = 1e-5 if M.dtype == torch.float32 else 1e-9
+    x = lambda *shape, seed: randn(*shape, seed=seed, dtype=M.dtype)  # noqa: E731
+
+    def check(got, want):
+        assert got.dtype == M.dtype
+        close(got.double(), want, rtol=rtol, atol=rtol)
+
+    X = x(300, 3, seed=1)
     key = "chunk form" if isinstance(M, sm.Quasiseparable) else ("chunk form", False)
-    close(M @ X, dense @ X)
+    check(M @ X, dense @ X.double())
     _used(M, chunk_form.FORM_AFTER_COLUMNS - 3)
     assert key not in M._small.values  # the count is reached, by earlier calls only
-    close(M @ X, dense @ X)  # the next call builds the form and uses it
+    check(M @ X, dense @ X.double())  # the next call builds the form and uses it
     assert M._small.values[key] is not None
     assert ("band", False) not in M._small.values  # the form serves instead of the band
-    close(M @ X, dense @ X)
-    close(M @ randn(2, 300, 1, seed=3), dense @ randn(2, 300, 1, seed=3))  # a batch of operands
-    Xt = randn(3, 300, seed=5).mT  # a time-last view
-    close(M @ Xt, dense @ Xt)
+    check(M @ X, dense @ X.double())
+    Xb = x(2, 300, 1, seed=3)  # a batch of operands
+    check(M @ Xb, dense @ Xb.double())
+    Xt = x(3, 300, seed=5).mT  # a time-last view
+    check(M @ Xt, dense @ Xt.double())
     with torch.inference_mode():
-        close(M @ X[:, :1], dense @ X[:, :1])
+        check(M @ X[:, :1], dense @ X[:, :1].double())
     if isinstance(M, sm.SSS):
-        Y = randn(300, chunk_form.FORM_AFTER_COLUMNS, seed=4)
-        close(M.solve(Y), torch.linalg.solve(dense, Y), rtol=1e-8)
+        Y = x(300, chunk_form.FORM_AFTER_COLUMNS, seed=4)
+        check(M.solve(Y), torch.linalg.solve(dense, Y.double()))
         assert ("chunk form", True) not in M._small.values  # one call, however wide, builds nothing
-        close(M.solve(Y), torch.linalg.solve(dense, Y), rtol=1e-8)
+        check(M.solve(Y), torch.linalg.solve(dense, Y.double()))
         if not isinstance(M, sm.OneSS):  # (a 1-SS solves through its bidiagonal inverse)
             assert M._small.values[("chunk form", True)] is not None
-        close(M.solve(Y[:, 0]), torch.linalg.solve(dense, Y[:, 0]), rtol=1e-8)
+        check(M.solve(Y[:, 0]), torch.linalg.solve(dense, Y[:, 0].double()))
 
 
 def test_form_follows_parameters_changed_in_place_and_serves_no_gradient():
