@@ -25,6 +25,7 @@ The form costs ``T L + (T r / L)^2 + 2 T r`` entries (``r`` states): it is built
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -33,20 +34,17 @@ from structmat.core.validation import SingularMatrixError
 from structmat.linalg.block_solve import chunk_maps
 from structmat.linalg.semiseparable import Generators
 
-__all__ = ["ChunkForm", "FORM_CHUNK", "MAX_CHUNKS", "MAX_ENTRIES", "FORM_AFTER_COLUMNS", "applies", "entries",
+__all__ = ["ChunkForm", "FORM_CHUNK", "MAX_ENTRIES", "FORM_AFTER_COLUMNS", "applies", "entries",
            "chunk_length", "lower_form", "quasiseparable_form", "lower_inverse_form", "apply"]
 
-#: Shortest chunk ``L``; longer sequences take ``L`` doubled until at most :data:`MAX_CHUNKS` chunks. Building the
-#: blocks costs ``O(T L N)`` in several passes, and a product with one column a handful of tensor calls at any ``L``.
-#: Measured (one thread, T = 1024, float64, a quasiseparable matrix of orders 2 + 2): L = 16 / 32 / 64 build in
-#: 0.7 / 1.2 / 4.2 ms; one-column products 84-131 / 67-100 / 103-127 us against 164-230 us for the dense one.
+#: Shortest chunk ``L``: below it the blocks' products are too small for the batched calls to pay. Longer chunks
+#: are taken where they make the form smaller (:func:`chunk_length`). Measured (one thread, T = 1024, float64, a
+#: quasiseparable matrix of orders 2 + 2): L = 16 / 32 / 64 build in 0.7 / 1.2 / 4.2 ms; one-column products 84-131 /
+#: 67-100 / 103-127 us against 164-230 us for the dense one.
 FORM_CHUNK = 32
 
-#: Most chunks: the coupling ``Q`` has ``(n r)^2`` entries, which must stay below the blocks' ``T L``.
-MAX_CHUNKS = 64
-
 #: Most entries of a kept form (batch included): 2^21 (16 MiB in float64), as for a kept band
-#: (:data:`structmat.linalg.banded.KEEP_MAX_ENTRIES`). SSS(4) stays within it up to T = 8192.
+#: (:data:`structmat.linalg.banded.KEEP_MAX_ENTRIES`). SSS(4) stays within it up to T = 15680, SSS(16) to 7424, SSS(64) to 3328.
 MAX_ENTRIES = 2**21
 
 #: Columns multiplied (or solved) by one matrix before its form is built (the calls until then take the banded
@@ -75,19 +73,31 @@ class ChunkForm:
         return ChunkForm(self.blocks.mT, self.Rt.mT, self.Q.mT, self.W.mT, self.length)
 
 
-def chunk_length(T: int) -> int:
-    """``L`` for a sequence of ``T`` steps: :data:`FORM_CHUNK`, doubled until at most :data:`MAX_CHUNKS` chunks."""
-    L = FORM_CHUNK
-    while L * MAX_CHUNKS < T:
-        L *= 2
-    return L
+@functools.lru_cache(maxsize=256)
+def chunk_length(T: int, r: int) -> int:
+    """``L`` for ``T`` steps and ``r`` states in all: the power of two from :data:`FORM_CHUNK` that makes the form
+    smallest, its blocks' ``T L`` entries against the coupling's ``(T r / L)^2`` (a product's work per column is the
+    same sum). Measured (one thread, float64, 64 columns; the previous paths in brackets): SSS(16) at T = 4096 8.5 ms
+    (182 ms), SSS(64) at T = 512 6.3 ms (51 ms).
+
+    Examples
+    --------
+    >>> chunk_length(1024, 4), chunk_length(4096, 4), chunk_length(2048, 32)
+    (32, 64, 128)
+    """
+    lengths = [FORM_CHUNK << k for k in range(max(1, T.bit_length())) if k == 0 or FORM_CHUNK << k < 2 * T]
+    sizes = {L: _entries(T, r, L) for L in lengths}
+    return min(sizes, key=lambda L: (sizes[L], L))
+
+
+def _entries(T: int, r: int, L: int) -> int:
+    n = -(-T // L)
+    return n * L * L + (n * r) ** 2 + 2 * n * L * r
 
 
 def entries(T: int, r: int, batch: int = 1) -> int:
     """Entries of the form of a ``T x T`` matrix with ``r`` states in all, ``batch`` matrices."""
-    L = chunk_length(T)
-    n = -(-T // L)
-    return batch * (n * L * L + (n * r) ** 2 + 2 * n * L * r)
+    return batch * _entries(T, r, chunk_length(T, r))
 
 
 def applies(dtype: torch.dtype, X: torch.Tensor, T: int, r: int, batch: int) -> bool:
@@ -132,14 +142,14 @@ def lower_form(G: Generators, L: int | None = None) -> ChunkForm:
     >>> apply(lower_form(G, L=2), torch.ones(5, 1, dtype=torch.float64))[:, 0].tolist()
     [1.0, 1.5, 1.75, 1.875, 1.9375]
     """
-    blocks, W, R, P = _lower_parts(G, chunk_length(G.length) if L is None else L)
+    blocks, W, R, P = _lower_parts(G, chunk_length(G.length, G.order) if L is None else L)
     return ChunkForm(blocks, W, _coupling(P), R.mT, G.length)
 
 
 def quasiseparable_form(lower: Generators, upper: Generators, diag: torch.Tensor, L: int | None = None) -> ChunkForm:
     """The :class:`ChunkForm` of ``strict(lower) + diag(diag) + strict(upper)^T`` (the generators' own diagonals
     are not used), at the broadcast batch shape of the three; the states of both triangles side by side."""
-    L = chunk_length(diag.shape[-1]) if L is None else L
+    L = chunk_length(diag.shape[-1], lower.order + upper.order) if L is None else L
     zero = diag.new_zeros(())
     lo = _lower_parts(lower.with_diagonal(zero.expand(*lower.batch_shape, lower.length)), L)
     up = _lower_parts(upper.with_diagonal(zero.expand(*upper.batch_shape, upper.length)), L)
@@ -166,7 +176,7 @@ def lower_inverse_form(G: Generators, L: int | None = None) -> ChunkForm | None:
         raise SingularMatrixError("SSS is singular: a diagonal entry is zero")
     dtype = G.B.dtype
     wide = torch.complex128 if dtype.is_complex else torch.float64
-    blocks, W, R, P = (t.to(wide) for t in _lower_parts(G, chunk_length(G.length) if L is None else L))
+    blocks, W, R, P = (t.to(wide) for t in _lower_parts(G, chunk_length(G.length, G.order) if L is None else L))
     eye = torch.eye(blocks.shape[-1], dtype=wide, device=blocks.device)
     inverse = torch.linalg.solve_triangular(blocks, eye, upper=False)
     Wi = -(inverse @ W)

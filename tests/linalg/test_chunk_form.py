@@ -106,6 +106,8 @@ def _classes(T):
     yield "upper SSS", sm.SSS(A, randn(T, 4, seed=2) / 4, randn(T, 4, seed=3) / 4, D=2 + rand(T, seed=4), lower=False)
     yield "OneSS", sm.OneSS.from_decays(rand(T, seed=9), b=1 + rand(T, seed=10), c=1 + rand(T, seed=11))
     yield "upper OneSS", sm.OneSS.from_decays(rand(T, seed=9), b=1 + rand(T, seed=10), c=2 + rand(T, seed=11)).T
+    yield "SSS(24)", sm.SSS(rand(T, 24, seed=20), randn(T, 24, seed=21) / 24, randn(T, 24, seed=22) / 24,
+                            D=2 + rand(T, seed=23))  # (longer chunks: 64 steps)
     yield "SSS float32", sm.SSS(A.float(), randn(T, 4, seed=2).float() / 4, randn(T, 4, seed=3).float() / 4,
                                 D=2 + rand(T, seed=4).float())
     fwd = sm.SSS(0.5 + 0.5 * rand(T, 2, seed=12), randn(T, 2, seed=13) / 4, randn(T, 2, seed=14) / 4)
@@ -175,11 +177,15 @@ def test_form_follows_parameters_changed_in_place_and_serves_no_gradient():
 def test_form_is_bounded_and_cpu_only():
     x = torch.zeros(8192, 1, dtype=F64)
     assert chunk_form.applies(F64, x, 8192, 4, 1)
-    assert not chunk_form.applies(F64, x, 8192, 4, 2)  # the batch counts
+    assert not chunk_form.applies(F64, x, 8192, 4, 3)  # the batch counts
     assert not chunk_form.applies(F64, torch.zeros(20000, 1, dtype=F64), 20000, 4, 1)
     assert not chunk_form.applies(torch.float32, x, 8192, 4, 1)  # X in another dtype
     assert not chunk_form.applies(F64, x[:32], 32, 4, 1)  # one chunk: nothing to couple
-    assert chunk_form.chunk_length(1024) == chunk_form.FORM_CHUNK and chunk_form.chunk_length(8192) == 128
+    # the chunk length makes the form smallest: checked against every power of two from FORM_CHUNK
+    for T, r in ((33, 1), (1024, 4), (4096, 4), (2048, 32), (512, 64), (7000, 16)):
+        L = chunk_form.chunk_length(T, r)
+        size = lambda L: -(-T // L) * L * L + (-(-T // L) * r) ** 2 + 2 * -(-T // L) * L * r  # noqa: E731
+        assert L >= chunk_form.FORM_CHUNK and all(size(L) <= size(chunk_form.FORM_CHUNK << k) for k in range(8))
 
 
 @settings(max_examples=40, deadline=None)
