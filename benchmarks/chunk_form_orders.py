@@ -5,7 +5,7 @@ Run by hand: ``python benchmarks/chunk_form_orders.py``; prints a table and writ
 calls timed interleaved (round after round, the best round of each kept): ``form`` (the matrix after enough columns
 to keep its form, :mod:`structmat.linalg.chunk_form`), ``without`` (a copy of the matrix that never builds one: the
 paths it replaces, the blocked scans and block forward substitution, since the band stops at order 8) and ``dense``
-(the precomputed dense matrix: ``D @ X`` or ``solve_triangular``).
+(the precomputed dense matrix: ``D @ X`` or ``solve_triangular``); and ``build``, the time to build the form once.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def main() -> None:
     for N, T in CASES:
         M = _matrix(N, T)
         D = M.to_dense()
-        plain = sm.SSS(M.A, M.B, M.C, D=M.D)  # the same matrix; its form is never built below
+        plain = sm.SSS(M.A, M.B, M.C, D=M.D)  # the same matrix, timed with the form switched off
         for K in (1, 64):
             X = torch.randn(T, K, generator=torch.Generator().manual_seed(K), dtype=torch.float64)
             for op, ours, dense in (("product", lambda A, X=X: A @ X, lambda X=X: D @ X),
@@ -61,14 +61,16 @@ def main() -> None:
                                      lambda X=X: torch.linalg.solve_triangular(D, X, upper=False))):
                 ours(M)
                 ours(M)  # (two calls of 64 columns, or the warm-up's: the form is kept after the first 64 columns)
-                after, chunk_form.FORM_AFTER_COLUMNS = chunk_form.FORM_AFTER_COLUMNS, 10**18
+                applies, chunk_form.applies = chunk_form.applies, lambda *args: False
                 try:
                     times = _best({"without": lambda: ours(plain)})
                 finally:
-                    chunk_form.FORM_AFTER_COLUMNS = after
-                for _ in range(chunk_form.FORM_AFTER_COLUMNS):
+                    chunk_form.applies = applies
+                for _ in range(chunk_form.after_columns(T, N)):
                     ours(M)
                 times.update(_best({"form": lambda: ours(M), "dense": dense}))
+                build = chunk_form.lower_form if op == "product" else chunk_form.lower_inverse_form
+                times["build"] = _best({"build": lambda: build(M.generators)}, rounds=1)["build"]
                 rows.append({"N": N, "T": T, "K": K, "op": op, "L": chunk_form.chunk_length(T, N), **times,
                              "without / form": round(times["without"] / times["form"], 1),
                              "form / dense": round(times["form"] / times["dense"], 3)})

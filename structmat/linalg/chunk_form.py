@@ -34,7 +34,9 @@ from structmat.core.validation import SingularMatrixError
 from structmat.linalg.block_solve import chunk_maps
 from structmat.linalg.semiseparable import Generators
 
-__all__ = ["ChunkForm", "FORM_CHUNK", "MAX_ENTRIES", "FORM_AFTER_COLUMNS", "applies", "entries",
+__all__ = ["ChunkForm", "FORM_CHUNK", "MAX_ENTRIES", "FORM_AFTER_COLUMNS_PER_STEP", "REBUILT_MAPS_STEPS_PER_COLUMN",
+           "after_columns", "applies",
+           "entries",
            "chunk_length", "lower_form", "quasiseparable_form", "lower_inverse_form", "apply"]
 
 #: Shortest chunk ``L``: below it the blocks' products are too small for the batched calls to pay. Longer chunks
@@ -47,11 +49,20 @@ FORM_CHUNK = 32
 #: (:data:`structmat.linalg.banded.KEEP_MAX_ENTRIES`). SSS(4) stays within it up to T = 15680, SSS(16) to 7424, SSS(64) to 3328.
 MAX_ENTRIES = 2**21
 
-#: Columns multiplied (or solved) by one matrix before its form is built (the calls until then take the banded
-#: paths): building costs 10-60 one-column products (1-6 ms at T = 1024, one thread), so the form is bought once the
-#: products have spent about as much (the rent-or-buy rule), and a matrix used once or a few times never pays for it.
-#: Measured at T = 1024 with 64 columns: a product through the form 0.5 ms, through the band 4-5 ms.
-FORM_AFTER_COLUMNS = 64
+#: Columns multiplied (or solved) through a matrix's other paths before its form is built, per step of the chunk
+#: length: the build's segment products have ``r T L`` entries, a column of the other paths costs in proportion to
+#: ``r T``, so the form is bought once the calls have spent about as much (the rent-or-buy rule) and a matrix used once
+#: or a few times never pays for it. Measured (one thread, float64, ``benchmarks/chunk_form_orders.py``): SSS(16) at
+#: T = 4096 (L = 128) builds in 395 ms, 256 products through the scans take 354 ms; SSS(32) at T = 1024 (L = 128)
+#: 221 ms against 348 ms.
+FORM_AFTER_COLUMNS_PER_STEP = 2
+
+#: Steps of the chunk length per column solved before the inverse's form is built where the other path rebuilds
+#: its chunk maps (of 32 steps) on every call (a solve outside the band): such a call costs about ``32 / L`` of the
+#: build's ``r T L`` work times 1.3-3 (measured, as above: SSS(16) at T = 1024, L = 64, 8 against 20 ms; SSS(16) at
+#: T = 4096, L = 128, 67 against 387 ms; SSS(32) at T = 1024, 19 against 227 ms), so the form is bought after
+#: ``L / 16`` such columns.
+REBUILT_MAPS_STEPS_PER_COLUMN = 16
 
 _DTYPES = (torch.float32, torch.float64, torch.complex64, torch.complex128)
 
@@ -93,6 +104,14 @@ def chunk_length(T: int, r: int) -> int:
 def _entries(T: int, r: int, L: int) -> int:
     n = -(-T // L)
     return n * L * L + (n * r) ** 2 + 2 * n * L * r
+
+
+def after_columns(T: int, r: int, maps_rebuilt: bool = False) -> int:
+    """Columns through the other paths before the form of a ``T x T`` matrix with ``r`` states is built
+    (:data:`FORM_AFTER_COLUMNS_PER_STEP` per step of :func:`chunk_length`; ``maps_rebuilt``: where those paths build
+    chunk maps on every call, one per :data:`REBUILT_MAPS_STEPS_PER_COLUMN` steps)."""
+    L = chunk_length(T, r)
+    return max(1, L // REBUILT_MAPS_STEPS_PER_COLUMN) if maps_rebuilt else FORM_AFTER_COLUMNS_PER_STEP * L
 
 
 def entries(T: int, r: int, batch: int = 1) -> int:

@@ -220,11 +220,12 @@ class Quasiseparable(StructuredMatrix):
     def _chunk_form(self, X: torch.Tensor) -> chunk_form.ChunkForm | None:
         """The kept :mod:`~structmat.linalg.chunk_form` of the matrix for ``X (*, T, K)`` (as
         :meth:`SSS._chunk_form <structmat.SSS._chunk_form>`), else None."""
-        if not chunk_form.applies(self.dtype, X, self.shape[-1], sum(self.order), self.batch_shape.numel()):
+        T, r = self.shape[-1], sum(self.order)
+        if not chunk_form.applies(self.dtype, X, T, r, self.batch_shape.numel()):
             return None
         lower, upper = self.lower_part.generators, self.upper_part.generators
         return small.keep_when_used(self, "chunk form", lambda: chunk_form.quasiseparable_form(lower, upper, self.diag),
-                                    X.shape[:-2].numel() * X.shape[-1], chunk_form.FORM_AFTER_COLUMNS)
+                                    X.shape[:-2].numel() * X.shape[-1], chunk_form.after_columns(T, r))
 
     def _map(self, fn) -> Quasiseparable:
         lower, upper = self._sides()

@@ -182,12 +182,16 @@ class SSS(StructuredMatrix):
     def _chunk_form(self, X: torch.Tensor, inverse: bool = False) -> chunk_form.ChunkForm | None:
         """The kept :mod:`~structmat.linalg.chunk_form` of the matrix (``inverse``: of its inverse) for ``X (*, T, K)``
         in the matrix's dtype, once the matrix has multiplied enough columns to pay for it
-        (:data:`~structmat.linalg.chunk_form.FORM_AFTER_COLUMNS`); else None."""
-        if not chunk_form.applies(self.dtype, X, self.shape[-1], self.order, self.batch_shape.numel()):
+        (:func:`~structmat.linalg.chunk_form.after_columns`, fewer for a solve outside the band, whose block
+        substitution builds its chunk maps on every call); else None."""
+        T, N = self.shape[-1], self.order
+        if not chunk_form.applies(self.dtype, X, T, N, self.batch_shape.numel()):
             return None
+        rebuilt = inverse and not banded.applies(self.generators, X, solve=True, batch=self.batch_shape)
+        after = chunk_form.after_columns(T, N, maps_rebuilt=rebuilt)
         replaces = (("band", True), "chunk maps") if inverse else (("band", False),)  # (what the form serves instead)
         return small.keep_when_used(self, ("chunk form", inverse), lambda: self._built_form(inverse),
-                                    X.shape[:-2].numel() * X.shape[-1], chunk_form.FORM_AFTER_COLUMNS, replaces)
+                                    X.shape[:-2].numel() * X.shape[-1], after, replaces)
 
     def _built_form(self, inverse: bool) -> chunk_form.ChunkForm | None:
         G = self.generators

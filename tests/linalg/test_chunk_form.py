@@ -119,7 +119,8 @@ def _classes(T):
 @pytest.mark.parametrize("name,M", list(_classes(300)), ids=lambda v: v if isinstance(v, str) else "")
 def test_classes_take_the_form_after_enough_columns(name, M):
     """Products (and triangular solves) before and after the form is kept equal the dense matrix; it is built by the
-    first call after FORM_AFTER_COLUMNS columns have been multiplied (a matrix used once never builds it)."""
+    first call after after_columns(T, r) columns have been multiplied (a matrix used once never builds it); a solve
+    outside the band builds it at its second call."""
     dense = M.to_dense().double()
     rtol = 1e-5 if M.dtype == torch.float32 else 1e-9
     x = lambda *shape, seed: randn(*shape, seed=seed, dtype=M.dtype)  # noqa: E731
@@ -131,7 +132,8 @@ def test_classes_take_the_form_after_enough_columns(name, M):
     X = x(300, 3, seed=1)
     key = "chunk form" if isinstance(M, sm.Quasiseparable) else ("chunk form", False)
     check(M @ X, dense @ X.double())
-    _used(M, chunk_form.FORM_AFTER_COLUMNS - 3)
+    r = sum(M.order) if isinstance(M, sm.Quasiseparable) else M.order
+    _used(M, chunk_form.after_columns(300, r) - 3)
     assert key not in M._small.values  # the count is reached, by earlier calls only
     check(M @ X, dense @ X.double())  # the next call builds the form and uses it
     assert M._small.values[key] is not None
@@ -144,7 +146,7 @@ def test_classes_take_the_form_after_enough_columns(name, M):
     with torch.inference_mode():
         check(M @ X[:, :1], dense @ X[:, :1].double())
     if isinstance(M, sm.SSS):
-        Y = x(300, chunk_form.FORM_AFTER_COLUMNS, seed=4)
+        Y = x(300, chunk_form.after_columns(300, r), seed=4)
         check(M.solve(Y), torch.linalg.solve(dense, Y.double()))
         assert ("chunk form", True) not in M._small.values  # one call, however wide, builds nothing
         check(M.solve(Y), torch.linalg.solve(dense, Y.double()))
@@ -157,7 +159,7 @@ def test_form_follows_parameters_changed_in_place_and_serves_no_gradient():
     T = 300
     B = randn(T, 2, seed=2)
     M = sm.SSS(rand(T, 2, seed=1), B, randn(T, 2, seed=3), D=2 + rand(T, seed=4))
-    X = randn(T, chunk_form.FORM_AFTER_COLUMNS, seed=5)
+    X = randn(T, chunk_form.after_columns(T, 2), seed=5)
     M @ X
     M @ X
     assert ("chunk form", False) in M._small.values
@@ -166,7 +168,7 @@ def test_form_follows_parameters_changed_in_place_and_serves_no_gradient():
     close(M @ X, M.to_dense() @ X)
     Bg = B.clone().requires_grad_()
     Mg = sm.SSS(M.A, Bg, M.C, D=M.D)
-    x = randn(T, chunk_form.FORM_AFTER_COLUMNS, seed=6)
+    x = randn(T, chunk_form.after_columns(T, 2), seed=6)
     (Mg @ x).sum().backward()
     assert Mg.__dict__.get("_small") is None  # nothing kept for a parameter that wants a gradient
     Bd = B.clone().requires_grad_()
