@@ -170,26 +170,27 @@ def quasiseparable_form(lower: Generators, upper: Generators, diag: torch.Tensor
     are not used), at the broadcast batch shape of the three; the states of both triangles side by side."""
     L = chunk_length(diag.shape[-1], lower.order + upper.order) if L is None else L
     zero = diag.new_zeros(())
-    lo = _lower_parts(lower.with_diagonal(zero.expand(*lower.batch_shape, lower.length)), L)
-    up = _lower_parts(upper.with_diagonal(zero.expand(*upper.batch_shape, upper.length)), L)
-    n, L, nl = *lo[0].shape[-3:-1], lower.order  # (L: at most T)
+    bl, Wl, Rl, Pl = _lower_parts(lower.with_diagonal(zero.expand(*lower.batch_shape, lower.length)), L)
+    bu, Wu, Ru, Pu = _lower_parts(upper.with_diagonal(zero.expand(*upper.batch_shape, upper.length)), L)
+    n, L, nl = *bl.shape[-3:-1], lower.order  # (L: at most T)
     d = torch.nn.functional.pad(diag, (0, n * L - diag.shape[-1])).unflatten(-1, (n, L))
-    blocks = lo[0] + up[0].mT + torch.diag_embed(d)
-    Ql, Qu = _coupling(lo[3]), _coupling(up[3]).mT
+    blocks = bl + bu.mT + torch.diag_embed(d)
+    Ql, Qu = _coupling(Pl), _coupling(Pu).mT
     r = nl + upper.order
     batch = torch.broadcast_shapes(Ql.shape[:-2], Qu.shape[:-2], diag.shape[:-1])
     Q = Ql.new_zeros(*batch, n, r, n, r)
     Q[..., :, :nl, :, :nl] = Ql.unflatten(-1, (n, nl)).unflatten(-3, (n, nl))
     Q[..., :, nl:, :, nl:] = Qu.unflatten(-1, (n, r - nl)).unflatten(-3, (n, r - nl))
     at = lambda t: t.expand(*batch, *t.shape[-3:])  # noqa: E731
-    W = torch.cat([at(lo[1]), at(up[2])], dim=-1)  # upper: W and R trade places
-    R = torch.cat([at(lo[2]), at(up[1])], dim=-1)
+    W = torch.cat([at(Wl), at(Ru)], dim=-1)  # the upper triangle is a transpose: its W and R trade places
+    R = torch.cat([at(Rl), at(Wu)], dim=-1)
     return ChunkForm(at(blocks), W, Q.flatten(-4, -3).flatten(-2, -1), R.mT, diag.shape[-1])
 
 
 def lower_inverse_form(G: Generators, L: int | None = None) -> ChunkForm | None:
-    """The :class:`ChunkForm` of ``M^{-1}`` for the lower SSS ``M`` with generators ``G`` (module docstring), built
-    in float64 (complex128); None where it does not fit ``G``'s dtype (an entry overflows).
+    """The :class:`ChunkForm` of ``M^{-1}`` for the lower SSS ``M`` with generators ``G`` (module docstring): the chunk
+    maps in ``G``'s dtype, the blocks' inverses and the coupling in float64 (complex128), then rounded to ``G``'s dtype;
+    None where an entry overflows it.
     :class:`~structmat.SingularMatrixError` for a zero diagonal entry."""
     if bool((G.diagonal() == 0).any()):
         raise SingularMatrixError("SSS is singular: a diagonal entry is zero")
