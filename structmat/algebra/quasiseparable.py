@@ -74,8 +74,8 @@ def _strict_sum(p1: SSS, p2: SSS, batch) -> SSS:
 
 def qs_add(a: Quasiseparable, b: Quasiseparable) -> Quasiseparable:
     """Parts and diagonals add: orders ``(n_l1 + n_l2, n_u1 + n_u2)``."""
-    if decay_sides(a, b):
-        return decay_add(a, b)
+    if (sides := decay_sides(a, b)) is not None:
+        return decay_add(a, b, sides)
     batch = batch_of(a, b)
     return Quasiseparable._of(_strict_sum(a.lower_part, b.lower_part, batch), _strict_sum(a.upper_part, b.upper_part, batch),
                               a.diag + b.diag, batch)
@@ -221,8 +221,8 @@ def _flipped(M: SSS) -> SSS:
 
 def qs_matmul(M1: Quasiseparable, M2: Quasiseparable) -> Quasiseparable:
     """``M1 @ M2`` for quasiseparable matrices: orders ``(n_l1 + n_l2, n_u1 + n_u2)``."""
-    if decay_sides(M1, M2):
-        return decay_matmul(M1, M2)
+    if (sides := decay_sides(M1, M2)) is not None:
+        return decay_matmul(M1, M2, sides)
     batch = batch_of(M1, M2)
     lower, (W, V) = _product_lower(M1, M2, batch)
     transpose = lambda M: Quasiseparable._of(_flipped(M.upper_part), _flipped(M.lower_part), M.diag, M.batch_shape)  # noqa: E731

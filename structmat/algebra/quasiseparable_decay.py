@@ -31,15 +31,14 @@ import scipy.linalg.lapack
 import torch
 
 from structmat.algebra.semiseparable import batch_of, fit
+from structmat.core.host import host, host_steps_apply
 from structmat.core.transitions import Transitions
 from structmat.linalg.first_order import first_order_scan
-from structmat.linalg.quasiseparable_lu import host, host_steps_apply
 from structmat.linalg.segsum import decay_products
-from structmat.linalg.semiseparable import Generators
 from structmat.matrices.quasiseparable import Quasiseparable
 from structmat.matrices.sss import SSS
 
-__all__ = ["PAIRS_DENSE_MAX_ENTRIES", "decay_sides", "decay_add", "decay_matmul"]
+__all__ = ["PAIRS_DENSE_MAX_ENTRIES", "Sides", "decay_sides", "decay_add", "decay_matmul"]
 
 #: Most entries (``T x T`` times the batch) of the segment products from which the torch path takes the pair states
 #: (a few tensor operations, ``O(T^2)`` per row) rather than from first-order scans (``O(T)``, about 0.5 ms of fixed
@@ -49,45 +48,62 @@ __all__ = ["PAIRS_DENSE_MAX_ENTRIES", "decay_sides", "decay_add", "decay_matmul"
 PAIRS_DENSE_MAX_ENTRIES = 128 * 128
 
 
-def decay_sides(M1: Quasiseparable, M2: Quasiseparable) -> bool:
-    """Every side of both operands is an order-1 SSS with log decays whose decays are not differentiated (those go
-    through the generic rules, which carry them)."""
+Sides = list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+
+
+def decay_sides(M1: Quasiseparable, M2: Quasiseparable) -> Sides | None:
+    """``(log decays (*, T), b, c (*, T, 1))`` of the sides ``1l, 1u, 2l, 2u`` where every side of both operands is an
+    order-1 SSS with log decays whose decays are not differentiated, else None (those go through the generic rules,
+    which carry them). As stored: their batch sizes may still differ (:func:`_at_batch`)."""
     grad = torch.is_grad_enabled()  # (asked once, not per side)
+    sides = []
     for P in (M1.lower_part, M1.upper_part, M2.lower_part, M2.upper_part):
         A = P.transitions
         if A.kind != "log" or P.B.shape[-1] != 1 or (grad and A.decays is not None and A.decays.requires_grad):
-            return False
-    return True
+            return None
+        sides.append((A.values, P.B, P.C))
+    return sides
 
 
-def _sides(M1: Quasiseparable, M2: Quasiseparable, batch, T: int) -> list[tuple[torch.Tensor, ...]]:
-    """``(log decays (*batch, T), b, c (*batch, T, 1))`` of the sides ``1l, 1u, 2l, 2u`` (expanded where a side has a
-    smaller batch: each expand and each shape check costs about a microsecond, so a side at the batch is checked once)."""
-    full, maps, out = (*batch, T), (*batch, T, 1), []
-    for P in (M1.lower_part, M1.upper_part, M2.lower_part, M2.upper_part):
-        A, B, C = P.transitions.values, P.B, P.C
-        out.append((A, B, C) if A.shape == full and B.shape == maps and C.shape == maps else
-                   (fit(A, *full), fit(B, *maps), fit(C, *maps)))
-    return out
+def _at_batch(sides: Sides, batch, T: int) -> Sides:
+    """``sides`` expanded to the common ``batch`` (for operands whose parameters' batch sizes differ)."""
+    full, maps = (*batch, T), (*batch, T, 1)
+    return [(fit(A, *full), fit(B, *maps), fit(C, *maps)) for A, B, C in sides]
 
 
-def decay_add(M1: Quasiseparable, M2: Quasiseparable) -> Quasiseparable:
+def _result(lower: tuple, upper: tuple, zeros: torch.Tensor, diag: torch.Tensor, batch) -> Quasiseparable:
+    """The quasiseparable matrix of strict parts with transitions, input and output maps ``lower`` and ``upper`` (one
+    dtype, at the batch) and diagonal ``diag``, unchecked (each check or intermediate object costs a noticeable part of
+    these operations)."""
+    T = diag.shape[-1]
+    zeros = zeros if zeros.shape == lower[1].shape[:-1] else zeros.expand(lower[1].shape[:-1])
+    shape, dtype, device = torch.Size((*batch, T, T)), diag.dtype, diag.device
+    return Quasiseparable._of(SSS._of_one_dtype(*lower, zeros, True, shape, dtype, device),
+                              SSS._of_one_dtype(*upper, zeros, False, shape, dtype, device), diag, batch)
+
+
+def decay_add(M1: Quasiseparable, M2: Quasiseparable, sides: Sides) -> Quasiseparable:
     """``M1 + M2`` for operands with 1-SS sides (:func:`decay_sides`): on each side the decays side by side as
-    diagonal transitions ``[a1, a2]`` and the maps ``[b1, b2]``, ``[c1, c2]``; orders ``(2, 2)``. The generic sum's
-    tensor operations (:func:`~structmat.algebra.quasiseparable.qs_add`) without its checks of kinds and shapes,
-    which cost more than the operations here (measured, one thread, T = 16: 100 us against 122 us)."""
+    diagonal transitions ``[a1, a2]`` and the maps ``[b1, b2]``, ``[c1, c2]``; orders ``(2, 2)``. Six tensor
+    operations and the objects (measured, one thread, T = 16, fresh operands: 34 us, where the generic sum
+    :func:`~structmat.algebra.quasiseparable.qs_add` took 122 us, and this one with its checks of shapes 42 us)."""
     batch = batch_of(M1, M2)
-    (l1, b1l, c1l), (m1, b1u, c1u), (l2, b2l, c2l), (m2, b2u, c2u) = _sides(M1, M2, batch, M1.shape[-1])
-    zeros = M1.lower_part.D  # (a strict part's zero diagonal: reused, at the batch)
-    zeros = zeros if zeros.shape == b1l.shape[:-1] else zeros.expand(b1l.shape[:-1])
-    # both sides in one tensor per generator (each operation costs more than the T entries it moves); each side a view
-    # (``chunk`` makes both in one call, two slices cost twice as much)
-    a_lower, a_upper = torch.exp(torch.stack([l1, l2, m1, m2], -1)).chunk(2, -1)
-    b_lower, b_upper, c_lower, c_upper = torch.cat([b1l, b2l, b1u, b2u, c1l, c2l, c1u, c2u], -1).chunk(4, -1)
-    lower = Generators(Transitions(a_lower, "diag"), b_lower, c_lower, zeros)
-    upper = Generators(Transitions(a_upper, "diag"), b_upper, c_upper, zeros)
-    return Quasiseparable._of(SSS._assemble(lower, True, batch), SSS._assemble(upper, False, batch), M1.diag + M2.diag,
-                              batch)
+    try:  # both sides in one tensor per generator (each operation costs more than the T entries it moves)
+        a, maps = _stacked(sides)
+    except RuntimeError:  # batch sizes still to broadcast (checked only here: a shape's check costs as much as a join)
+        a, maps = _stacked(_at_batch(sides, batch, M1.shape[-1]))
+    # each side a view (``chunk`` makes both in one call, two slices cost twice as much)
+    a = a.exp_() if a.dtype == maps.dtype else a.exp_().to(maps.dtype)  # (complex maps: diagonal transitions of theirs)
+    a_lower, a_upper = a.chunk(2, -1)
+    b_lower, b_upper, c_lower, c_upper = maps.chunk(4, -1)
+    lower, upper = (Transitions(a_lower, "diag"), b_lower, c_lower), (Transitions(a_upper, "diag"), b_upper, c_upper)
+    return _result(lower, upper, M1.lower_part.D, M1.diag + M2.diag, batch)
+
+
+def _stacked(sides: Sides) -> tuple[torch.Tensor, torch.Tensor]:
+    """The log decays ``[l1, l2, u1, u2]`` stacked last, and the maps ``[b1l, b2l, b1u, b2u, c1l, c2l, c1u, c2u]``."""
+    (l1, b1l, c1l), (m1, b1u, c1u), (l2, b2l, c2l), (m2, b2u, c2u) = sides
+    return torch.stack([l1, l2, m1, m2], -1), torch.cat([b1l, b2l, b1u, b2u, c1l, c2l, c1u, c2u], -1)
 
 
 def _host_pair_states(fg: np.ndarray, u: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -145,10 +161,10 @@ def _product_generators(rows, a, z, v, empty) -> tuple:
     return A, B, C, fd[0] * fd[1] + fc[0] * fc[1] * z + sb[0] * sb[1] * v
 
 
-def decay_matmul(M1: Quasiseparable, M2: Quasiseparable) -> Quasiseparable:
+def decay_matmul(M1: Quasiseparable, M2: Quasiseparable, sides: Sides) -> Quasiseparable:
     """``M1 @ M2`` for operands with 1-SS sides (:func:`decay_sides`): orders ``(2, 2)`` (module docstring).
 
-    On the CPU where no gradient is wanted (:func:`~structmat.linalg.quasiseparable_lu.host_steps_apply`) the
+    On the CPU where no gradient is wanted (:func:`~structmat.core.host.host_steps_apply`) the
     arithmetic runs in numpy, the pair states by LAPACK (:func:`_host_pair_states`): some forty operations on arrays
     of ``T`` entries cost 4-10 us each in torch, 1-5 us in numpy. Measured (one thread, float32, fresh operands, the
     whole product in ms, numpy against torch): 0.35 / 0.71 at T = 16, 0.37 / 0.91 at T = 64, 0.38 / 1.33 at
@@ -156,7 +172,10 @@ def decay_matmul(M1: Quasiseparable, M2: Quasiseparable) -> Quasiseparable:
     Else torch (:func:`_pair_states`); both write the generators by :func:`_product_generators`."""
     batch = batch_of(M1, M2)
     T = M1.shape[-1]
-    (l1, b1l, c1l), (m1, b1u, c1u), (l2, b2l, c2l), (m2, b2u, c2u) = _sides(M1, M2, batch, T)
+    full, maps = (*batch, T), (*batch, T, 1)
+    if any(A.shape != full or B.shape != maps or C.shape != maps for A, B, C in sides):
+        sides = _at_batch(sides, batch, T)
+    (l1, b1l, c1l), (m1, b1u, c1u), (l2, b2l, c2l), (m2, b2u, c2u) = sides
     # [lower, upper] pairs: the first and the second factor's input and output maps, then their diagonals
     maps = torch.stack([b1l, b2u, c1l, c2u, b2l, b1u, c2l, c1u])
     d = torch.stack([fit(M1.diag, *batch, T), fit(M2.diag, *batch, T)])
@@ -179,8 +198,5 @@ def decay_matmul(M1: Quasiseparable, M2: Quasiseparable) -> Quasiseparable:
         A, B, C, diag = _product_generators(rows, torch.exp(logs.unflatten(0, (2, 2))), z, v,
                                             lambda s: maps.new_empty(s))
         A, B, C = A.unbind(0), B.unbind(0), C.unbind(0)
-    zeros = M1.lower_part.D  # (a strict part's zero diagonal: reused, at the batch)
-    zeros = zeros if zeros.shape == diag.shape else zeros.expand(diag.shape)
-    lower = SSS._assemble(Generators(Transitions(A[0], "dense"), B[0], C[0], zeros), True, batch)
-    upper = SSS._assemble(Generators(Transitions(A[1], "dense"), B[1], C[1], zeros), False, batch)
-    return Quasiseparable._of(lower, upper, diag, batch)
+    lower, upper = (Transitions(A[0], "dense"), B[0], C[0]), (Transitions(A[1], "dense"), B[1], C[1])
+    return _result(lower, upper, M1.lower_part.D, diag, batch)

@@ -5,7 +5,9 @@ gradient is wanted) builds ``A = [[A1, B1 C2^T A2], [0, A2]]``, ``B = [B1 d2; B2
 ``D = D1 D2`` in about sixteen tensor operations on arrays of ``T`` rows. At the sizes of masks and tests each torch
 operation costs several microseconds and a numpy one about one, so the same formulas written into preallocated numpy
 arrays take the product from 84 to 56 us (``SSS(4)``) and from 110 to 63 us (dense transitions) at ``T = 16``
-(measured, one thread, float32, fresh operands). Same dtype, same arithmetic.
+(measured, one thread, float32, fresh operands). Same dtype, same arithmetic. Whether the path applies is read off the
+numpy arrays (shapes as tuples): a torch shape's slice or a tensor's device costs about half a microsecond, as much as
+a numpy operation of the product.
 """
 
 from __future__ import annotations
@@ -13,50 +15,38 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from structmat.core.host import HOST_DTYPES, host
 from structmat.core.transitions import Transitions
 from structmat.linalg.semiseparable import Generators
 
-__all__ = ["host_applies", "host_matmul_lower"]
+__all__ = ["host_matmul_lower"]
 
-_DTYPES = (torch.float32, torch.float64, torch.complex64, torch.complex128)
-
-
-def _parameters(G: Generators) -> tuple[torch.Tensor, ...]:
-    return (G.A.values, G.B, G.C) + (() if G.D is None else (G.D,))
-
-
-def host_applies(G1: Generators, G2: Generators) -> bool:
-    """Whether :func:`host_matmul_lower` runs ``G1, G2``: CPU tensors of one dtype (float32/64, complex64/128; real
-    transitions with complex maps), every parameter at one batch shape (no broadcasting left to do), no gradient
-    wanted, not while ``torch.compile`` traces."""
-    B = G1.B
-    if B.device.type != "cpu" or B.dtype not in _DTYPES or torch.compiler.is_compiling():
-        return False
-    batch, grad = B.shape[:-2], torch.is_grad_enabled()
-    dtypes = (B.dtype, B.dtype.to_real())  # (a real decay's logs with complex maps)
-    for G in (G1, G2):
-        if G.A.batch_shape != batch or G.B.shape[:-2] != batch or G.C.shape[:-2] != batch or G.B.dtype != B.dtype:
-            return False
-        if G.A.values.dtype not in dtypes or G.C.dtype != B.dtype or (G.D is not None and G.D.dtype != B.dtype):
-            return False
-        if G.D is not None and G.D.shape[:-1] != batch:
-            return False
-        if grad and any(t.requires_grad for t in _parameters(G)):
-            return False
-    return True
+def _arrays(G: Generators) -> tuple | None:
+    """``(A, B, C, D)`` of ``G`` as numpy arrays (``D`` None where implicit), or None where a gradient is wanted."""
+    A, B, C, D = G.A.values, G.B, G.C, G.D
+    if torch.is_grad_enabled() and (A.requires_grad or B.requires_grad or C.requires_grad or
+                                    (D is not None and D.requires_grad)):
+        return None
+    return host(A), host(B), host(C), None if D is None else host(D)
 
 
-def _np(t: torch.Tensor) -> np.ndarray:
-    return (t.detach() if t.requires_grad else t).numpy()
+def _fits(arrays: tuple, lead: tuple, dtype: np.dtype, real: np.dtype) -> bool:
+    """The maps at ``lead + (N,)`` (``lead = (*batch, T)``), the diagonal at ``lead``, the transitions' leading dims
+    ``lead``: no broadcasting left to do; one dtype (real transitions with complex maps)."""
+    A, B, C, D = arrays
+    return (B.shape[:-1] == lead and C.shape == B.shape and A.shape[:len(lead)] == lead and B.dtype == C.dtype == dtype
+            and (A.dtype == dtype or A.dtype == real) and (D is None or (D.shape == lead and D.dtype == dtype)))
 
 
-def _factors(A: Transitions) -> np.ndarray:
+def _factors(A: Transitions, values: np.ndarray) -> np.ndarray:
     """The transitions as numpy factors: ``(*, T)`` for the scalar kinds, ``(*, T, N)`` diagonal, ``(*, T, N, N)``."""
-    return np.exp(_np(A.values)) if A.kind == "log" else _np(A.values)
+    return np.exp(values) if A.kind == "log" else values
 
 
-def host_matmul_lower(G1: Generators, G2: Generators) -> Generators:
-    """:func:`~structmat.algebra.semiseparable.matmul_lower` of ``G1, G2`` (where :func:`host_applies`) in numpy.
+def host_matmul_lower(G1: Generators, G2: Generators) -> Generators | None:
+    """:func:`~structmat.algebra.semiseparable.matmul_lower` of ``G1, G2`` in numpy, or None where it does not apply:
+    it needs CPU tensors of one dtype (float32/64, complex64/128; real transitions with complex maps), every parameter
+    at one batch shape, no gradient wanted, and not to be tracing ``torch.compile``.
 
     Examples
     --------
@@ -65,35 +55,44 @@ def host_matmul_lower(G1: Generators, G2: Generators) -> Generators:
     >>> P.dense()[2].tolist()  # the last row of L @ L for L[j, i] = 0.5^(j - i)
     [0.75, 1.0, 1.0]
     """
-    n1, n2 = G1.order, G2.order
+    B = G1.B
+    if B.device.type != "cpu" or B.dtype not in HOST_DTYPES or torch.compiler.is_compiling():
+        return None
+    first, second = _arrays(G1), _arrays(G2)
+    if first is None or second is None:
+        return None
+    (a1, B1, C1, D1), (a2, B2, C2, D2) = first, second
+    lead, dtype = B1.shape[:-1], B1.dtype  # lead: (*batch, T)
+    real = a1.real.dtype
+    if not (_fits(first, lead, dtype, real) and _fits(second, lead, dtype, real)):
+        return None
+    n1, n2 = B1.shape[-1], B2.shape[-1]
     n = n1 + n2
-    B1, C1, B2, C2 = _np(G1.B), _np(G1.C), _np(G2.B), _np(G2.C)
-    lead = B1.shape[:-1]  # (*, T)
-    A = np.zeros(lead + (n, n), B1.dtype)
+    A = np.zeros(lead + (n, n), dtype)
     diagonal = A.reshape(lead + (n * n,))[..., ::n + 1]  # a writable view of the diagonals
-    a1, a2 = _factors(G1.A), _factors(G2.A)
-    if G1.A.kind == "dense":
+    k1, k2 = G1.A.kind, G2.A.kind
+    a1, a2 = _factors(G1.A, a1), _factors(G2.A, a2)
+    if k1 == "dense":
         A[..., :n1, :n1] = a1
     else:
-        diagonal[..., :n1] = a1 if G1.A.kind == "diag" else a1[..., None]
-    if G2.A.kind == "dense":
+        diagonal[..., :n1] = a1 if k1 == "diag" else a1[..., None]
+    if k2 == "dense":
         A[..., n1:, n1:] = a2
         c2a2 = (C2[..., None, :] @ a2)[..., 0, :]
     else:
-        a2 = a2 if G2.A.kind == "diag" else a2[..., None]
+        a2 = a2 if k2 == "diag" else a2[..., None]
         diagonal[..., n1:] = a2
         c2a2 = C2 * a2
     np.multiply(B1[..., :, None], c2a2[..., None, :], out=A[..., :n1, n1:])  # the coupling b1 (c2^T A2)
-    d2 = _np(G2.D) if G2.D is not None else (C2 * B2).sum(-1)
-    B, C = np.empty(lead + (n,), B1.dtype), np.empty(lead + (n,), B1.dtype)
+    d2 = D2 if D2 is not None else np.vecdot(C2.conj(), B2)  # (vecdot conjugates its first argument)
+    B, C = np.empty(lead + (n,), dtype), np.empty(lead + (n,), dtype)
     np.multiply(B1, d2[..., None], out=B[..., :n1])
     B[..., n1:] = B2
     C[..., :n1] = C1
-    if G1.D is None:
+    if D1 is None:
         C[..., n1:] = 0
         D = None
     else:
-        D1 = _np(G1.D)
-        np.multiply((D1 - (C1 * B1).sum(-1))[..., None], C2, out=C[..., n1:])
+        np.multiply((D1 - np.vecdot(C1.conj(), B1))[..., None], C2, out=C[..., n1:])
         D = torch.from_numpy(D1 * d2)
     return Generators(Transitions(torch.from_numpy(A), "dense"), torch.from_numpy(B), torch.from_numpy(C), D)

@@ -19,6 +19,7 @@ import torch
 
 from structmat.core import dispatch, small
 from structmat.core.dtypes import real_dtype
+from structmat.core.host import host
 from structmat.core.validation import (
     as_tensor,
     broadcast_batch,
@@ -277,7 +278,7 @@ class StructuredMatrix(abc.ABC):
         return self.to(torch.complex64 if self.dtype.is_complex else torch.float32)
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
-        out = self.to_dense().detach().cpu().resolve_conj().numpy()
+        out = host(self.to_dense().cpu())
         return out.astype(dtype) if dtype is not None else out
 
 

@@ -23,6 +23,7 @@ import numpy as np
 import scipy.linalg.blas
 import torch
 
+from structmat.core.host import host
 from structmat.core.validation import SingularMatrixError, finite_checks_enabled
 
 __all__ = ["DENSE_MAX_ENTRIES", "DENSE_MAX_WORK", "dense_form", "dense_solve", "keep", "keep_when_used", "vector_solve"]
@@ -185,9 +186,9 @@ def dense_solve(M, Y: torch.Tensor, triangle: str | None, singular: str) -> torc
     if is_singular:
         raise SingularMatrixError(singular)
     if triangle is not None and A.dim() == 2 and Y.dtype in _TRSV:
-        At = values[("trsv", triangle, Y.dtype)] = A.numpy().T  # a Fortran-ordered view, for :func:`vector_solve`
+        At = values[("trsv", triangle, Y.dtype)] = host(A).T  # a Fortran-ordered view, for :func:`vector_solve`
         if Y.dim() == 2 and Y.shape[-1] == 1 and Y.shape[0] and not Y.requires_grad:  # (BLAS takes no empty vector)
-            return torch.from_numpy(_trsv(M, At, Y.numpy()[:, 0], triangle == "upper")[:, None])
+            return torch.from_numpy(_trsv(M, At, host(Y)[:, 0], triangle == "upper")[:, None])
     if triangle is None:
         X = torch.linalg.lu_solve(LU, pivots, Y)
     else:
@@ -225,7 +226,7 @@ def vector_solve(M, Y: torch.Tensor, triangle: str) -> torch.Tensor | None:
         return None
     if _record(M) is not kept or torch.compiler.is_compiling():
         return None
-    x = _trsv(M, At, Y.numpy().reshape(T), triangle == "upper")
+    x = _trsv(M, At, host(Y).reshape(T), triangle == "upper")
     return torch.from_numpy(x if Y.dim() == 1 else x[:, None])
 
 

@@ -33,6 +33,7 @@ import numpy as np
 import scipy.linalg.lapack
 import torch
 
+from structmat.core.host import host
 from structmat.core.validation import SingularMatrixError, broadcast_shapes, overflow_checks_enabled
 from structmat.linalg.semiseparable import Generators
 
@@ -99,7 +100,7 @@ def applies(G: Generators, X: torch.Tensor, solve: bool = False, transpose: bool
 
 
 def _np(t: torch.Tensor) -> np.ndarray:
-    return (t if t.dtype == torch.float64 else t.to(torch.float64)).detach().numpy()
+    return host(t if t.dtype == torch.float64 else t.to(torch.float64))
 
 
 def _width(G: Generators) -> int:
@@ -137,7 +138,7 @@ def _parts(G: Generators) -> _Parts:
         A = f64(A).expand(*batch, T, N).mT.contiguous()
         CA = Ct * A
     D = f64(G.diagonal()).expand(*batch, T).contiguous()
-    return _Parts(A.numpy(), CA.numpy(), Bt.numpy(), D.numpy(), _width(G))
+    return _Parts(host(A), host(CA), host(Bt), host(D), _width(G))
 
 
 def _fill(ab: np.ndarray, P: _Parts, lo: int, solve: bool, fresh: bool) -> None:

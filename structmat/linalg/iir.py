@@ -23,6 +23,8 @@ import scipy.linalg.lapack
 import scipy.signal
 import torch
 
+from structmat.core.host import host
+
 __all__ = ["compiled_path", "solve", "MAX_BANDED_COLUMNS"]
 
 #: Above this many columns per decay row the blocked scan beats ``dtbtrs`` (one column at a time).
@@ -63,7 +65,7 @@ def _band(log_a: torch.Tensor) -> np.ndarray:
     band = buf[:size].reshape(*log_a.shape, 2)
     band[..., 0] = 1.0
     band[..., -1, 1] = 0.0
-    np.exp(log_a.detach().numpy()[..., 1:], out=band[..., :-1, 1])
+    np.exp(host(log_a)[..., 1:], out=band[..., :-1, 1])
     np.negative(band[..., :-1, 1], out=band[..., :-1, 1])
     return band
 
@@ -81,7 +83,7 @@ def solve(log_a: torch.Tensor, X: torch.Tensor, a_const: float | None, transpose
     tensor([1.0000, 1.5000, 1.0000, 1.5000], dtype=torch.float64)
     """
     if a_const is not None:  # time last and contiguous: lfilter runs fastest along a contiguous axis
-        x = np.ascontiguousarray(np.swapaxes(X.detach().numpy(), -1, -2))
+        x = np.ascontiguousarray(np.swapaxes(host(X), -1, -2))
         x = x[..., ::-1] if transpose else x
         y = scipy.signal.lfilter([1.0], [1.0, -a_const], x, axis=-1)
         return torch.from_numpy(np.ascontiguousarray(np.swapaxes(y[..., ::-1] if transpose else y, -1, -2)))
@@ -99,7 +101,7 @@ def solve(log_a: torch.Tensor, X: torch.Tensor, a_const: float | None, transpose
 
 def _banded_solve(band: np.ndarray, which, cols: torch.Tensor, transpose: bool) -> torch.Tensor:
     """LAPACK ``dtbtrs`` per row ``r`` of ``cols (R, K, T)`` (time last) with the band ``band[which[r]]``."""
-    out = np.array(cols.numpy(), dtype=np.float64, order="C")  # per row (T, K) in Fortran order, solved in place
+    out = np.array(host(cols), dtype=np.float64, order="C")  # per row (T, K) in Fortran order, solved in place
     for r in range(out.shape[0]):
         ab = band[which[r]].T
         _, info = scipy.linalg.lapack.dtbtrs(ab, out[r].T, uplo="L", trans="T" if transpose else "N", diag="U",

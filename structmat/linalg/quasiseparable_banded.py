@@ -26,6 +26,7 @@ import numpy as np
 import scipy.linalg.lapack
 import torch
 
+from structmat.core.host import host
 from structmat.core.validation import SingularMatrixError, broadcast_shapes, overflow_checks_enabled
 from structmat.linalg.banded import MAX_ORDER, MAX_ROWS
 from structmat.linalg.semiseparable import Generators
@@ -54,7 +55,7 @@ def applies(lower: Generators, upper: Generators, d: torch.Tensor, Y: torch.Tens
 
 
 def _np(t: torch.Tensor, shape) -> np.ndarray:
-    return t.detach().to(torch.float64).expand(*shape).numpy()
+    return host(t.to(torch.float64).expand(*shape))
 
 
 def _band(lower: Generators, upper: Generators, d: torch.Tensor, batch) -> tuple[np.ndarray, int, int]:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import torch
 
+from structmat.core.host import host_steps_apply
 from structmat.core.transitions import Transitions
 from structmat.core.validation import check_overflow
 from structmat.linalg.quasiseparable_inverse_host import host_inverse
@@ -37,7 +38,6 @@ from structmat.linalg.quasiseparable_lu import (
     LUFactors,
     chunked_steps,
     dense_parts,
-    host_steps_apply,
     lu_recurrence,
 )
 from structmat.linalg.semiseparable import Generators
@@ -132,7 +132,7 @@ def quasiseparable_inverse(lower: Generators, upper: Generators, d: torch.Tensor
 
     The LU in blocks (:func:`~structmat.linalg.quasiseparable_lu.lu_recurrence`, ``T / L`` Python steps), the
     backward states by a blocked scan (``L + T / L`` steps); all of it in numpy where
-    :func:`~structmat.linalg.quasiseparable_lu.host_steps_apply` (:mod:`structmat.linalg.quasiseparable_inverse_host`). No pivoting: raises
+    :func:`~structmat.core.host.host_steps_apply` (:mod:`structmat.linalg.quasiseparable_inverse_host`). No pivoting: raises
     :class:`~structmat.SingularMatrixError` when a leading principal minor vanishes, or when the
     inverse overflows.
 

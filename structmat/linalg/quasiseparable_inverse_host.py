@@ -1,5 +1,5 @@
 """The blocked inverse of :mod:`structmat.linalg.quasiseparable_inverse` in numpy, on the CPU where no gradient is wanted
-(:func:`~structmat.linalg.quasiseparable_lu.host_steps_apply`).
+(:func:`~structmat.core.host.host_steps_apply`).
 
 The same chunks, recursions and formulas, function for function (each names its torch original), in the same dtype;
 the torch modules hold the mathematics and are the reference (they run whenever a gradient is wanted). Besides its
@@ -13,9 +13,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from structmat.core.host import host
 from structmat.core.transitions import Transitions
 from structmat.core.validation import SingularMatrixError, check_overflow
-from structmat.linalg.quasiseparable_lu import DenseParts, host
+from structmat.linalg.quasiseparable_lu import DenseParts
 from structmat.linalg.semiseparable import Generators
 
 __all__ = ["HOST_BLOCK", "host_inverse"]

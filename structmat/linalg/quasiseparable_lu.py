@@ -39,10 +39,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from structmat.core.host import host, host_steps_apply
 from structmat.core.validation import SingularMatrixError
 from structmat.linalg.semiseparable import Generators
 
-__all__ = ["DenseParts", "LUFactors", "LU_BLOCK", "chunked_steps", "dense_parts", "host", "host_steps_apply", "lu_recurrence",
+__all__ = ["DenseParts", "LUFactors", "LU_BLOCK", "chunked_steps", "dense_parts", "lu_recurrence",
            "quasiseparable_lu"]
 
 #: Rows per chunk of the blocked LU and of the inverse's blocked scan: ``T / L`` chunk steps plus ``L`` row steps
@@ -138,28 +139,10 @@ def _boundary_states(Mcc: torch.Tensor, lo: _ChunkSide, up: _ChunkSide) -> torch
     return torch.stack(states, dim=-3)
 
 
-_HOST_DTYPES = (torch.float32, torch.float64, torch.complex64, torch.complex128)
-
-
-def host_steps_apply(*tensors: torch.Tensor) -> bool:
-    """Whether the Python steps of a recurrence on ``tensors`` run in numpy: on the CPU, where no gradient is wanted
-    (numpy keeps no graph) and outside ``torch.compile``. A step multiplies stacks of matrices of a few rows, where a
-    broadcast torch ``matmul`` costs about 20 us and a numpy one 3-5 us (measured, one thread: the inverse at T = 16
-    took 5.4 ms with its steps in torch); the arithmetic and the dtype are the same."""
-    grad = torch.is_grad_enabled()
-    return all(t.device.type == "cpu" and t.dtype in _HOST_DTYPES and not (grad and t.requires_grad) for t in tensors) \
-        and not torch.compiler.is_compiling()
-
-
-def host(t: torch.Tensor) -> np.ndarray:
-    """``t`` as a numpy array (a view where torch allows)."""
-    return t.detach().resolve_conj().resolve_neg().numpy()
-
-
 def _bordered_steps(left: torch.Tensor, right: torch.Tensor, corner: torch.Tensor, F: torch.Tensor) -> torch.Tensor:
     """The row steps of :func:`lu_recurrence` along ``-3`` (every chunk at once: chunks are a batch dim), ``Y_k``
     stacked along ``-3``, from the bordered states ``F (*, n_l + 1, n_u + 1)`` entering the chunks (in numpy where
-    :func:`host_steps_apply`; a zero pivot gives inf or NaN there as in torch, and the callers raise)."""
+    :func:`~structmat.core.host.host_steps_apply`; a zero pivot gives inf or NaN there as in torch, and the callers raise)."""
     on_host = host_steps_apply(left, right, corner, F)
     if on_host:
         left, right, corner, F = host(left), host(right), host(corner), host(F)

@@ -19,6 +19,7 @@ import numpy as np
 import scipy.linalg
 import torch
 
+from structmat.core.host import host
 from structmat.core.validation import SingularMatrixError, broadcast_shapes
 from structmat.linalg.spectral import compute_dtype, fft_length, toeplitz_matmat
 
@@ -266,7 +267,7 @@ def toeplitz_inverse_generators(c: torch.Tensor, r: torch.Tensor) -> InverseGene
 def _levinson(cw: torch.Tensor, rw: torch.Tensor) -> torch.Tensor:
     """The ``(4, n, T)`` generators of :func:`toeplitz_inverse_generators` for ``cw, rw (n, T)`` (float64 or
     complex128, on the CPU, ``rw[:, 0] = cw[:, 0]``) by Levinson, or per entry where it broke, a pivoted LU."""
-    cn, rn = cw.resolve_conj().numpy(), rw.resolve_conj().numpy()
+    cn, rn = host(cw), host(rw)
     G = torch.from_numpy(np.stack([_gohberg_semencul(ci, ri) for ci, ri in zip(cn, rn)], axis=1))
     error, cond = _probe(cw, rw, InverseGenerators(*G))
     broke = ~(error <= LEVINSON_TOL)  # NaN too

@@ -79,11 +79,11 @@ def test_decay_product_equals_dense(path, T, dtype, batches, scaled, cut, seed):
 def test_paths_give_the_same_generators(T, monkeypatch):
     """The numpy and torch paths (segment products, and scans past the crossover) compute the same generators."""
     a, b = _operand(T, ((2,), (2,), (2,)), F64, 5, cut=True), _operand(T, ((2,), (), (2,)), F64, 9)
-    want = QD.decay_matmul(a, b)
+    want = QD.decay_matmul(a, b, QD.decay_sides(a, b))
     for path in PATHS[1:]:
         with pytest.MonkeyPatch.context() as patched:
             _use(path, patched)
-            got = QD.decay_matmul(a, b)
+            got = QD.decay_matmul(a, b, QD.decay_sides(a, b))
         for part in ("lower_part", "upper_part"):
             G, H = getattr(got, part).generators, getattr(want, part).generators
             for x, y in ((G.A.values, H.A.values), (G.B, H.B), (G.C, H.C)):
