@@ -29,7 +29,7 @@ from structmat.core.validation import (
     trusted_parameters,
 )
 
-__all__ = ["StructuredMatrix", "is_scalar"]
+__all__ = ["StructuredMatrix", "is_scalar", "reciprocal"]
 
 
 def is_scalar(x: Any) -> bool:
@@ -215,8 +215,7 @@ class StructuredMatrix(abc.ABC):
             return self * (1.0 / s)  # a Python zero raises Python's ZeroDivisionError
         if finite_checks_enabled() and s.device.type != "meta" and bool(s == 0):
             raise ZeroDivisionError("division by zero: the divisor is a zero tensor")
-        # the reciprocal in the result's precision: torch divides a float64 tensor by a float32 0-d one in float64
-        return self * (1.0 / s.to(torch.promote_types(s.dtype, self.dtype)))
+        return self * reciprocal(s, self.dtype)
 
     def hadamard(self, other: StructuredMatrix) -> StructuredMatrix:
         """Elementwise product ``M * N`` (the result class comes from the closure rules)."""
@@ -280,6 +279,16 @@ class StructuredMatrix(abc.ABC):
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
         out = host(self.to_dense().cpu())
         return out.astype(dtype) if dtype is not None else out
+
+
+def reciprocal(s: Any, dtype: torch.dtype) -> Any:
+    """``1 / s`` for a scalar ``s`` in the precision of a matrix of ``dtype``: a float32 0-d tensor's reciprocal is
+    taken in float64 for a float64 matrix (``1.0 / s`` alone would round it to float32, D36).
+
+    >>> float(reciprocal(torch.tensor(3.0), torch.float64)) == 1 / 3
+    True
+    """
+    return 1.0 / s.to(torch.promote_types(s.dtype, dtype)) if isinstance(s, torch.Tensor) else 1.0 / s
 
 
 def _range(dtype: torch.dtype) -> float:

@@ -14,7 +14,7 @@ import functools
 
 import torch
 
-from structmat.core.base import StructuredMatrix
+from structmat.core.base import StructuredMatrix, reciprocal
 from structmat.core.dispatch import FALLBACK, register
 from structmat.core.validation import broadcast_batch, broadcast_shapes, check_matrix
 
@@ -157,7 +157,7 @@ class Inverse(StructuredMatrix):
         return Inverse(self.M.T)
 
     def _scale(self, s) -> StructuredMatrix:
-        return Inverse(self.M * (1.0 / s))
+        return Inverse(self.M * reciprocal(s, self.dtype))
 
     def inv(self) -> StructuredMatrix:
         return self.M

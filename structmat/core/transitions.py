@@ -162,7 +162,9 @@ class Transitions:
         """Dense ``(*, T, N, N)``."""
         A = self.actual()
         A = A if dtype is None or A.dtype == dtype else A.to(dtype)
-        if self.kind in ("log", "scalar"):
+        if self.kind in ("log", "scalar"):  # one state: no identity's product (two operations), never a parameter's view
+            if N == 1:
+                return A[..., None, None] if A is not self.values else A[..., None, None].clone()
             return A[..., None, None] * torch.eye(N, dtype=A.dtype, device=A.device)
         return torch.diag_embed(A) if self.kind == "diag" else A
 

@@ -16,6 +16,7 @@ import torch
 from structmat.core.host import host
 from structmat.core.transitions import Transitions
 from structmat.core.validation import SingularMatrixError, check_overflow
+from structmat.linalg.quasiseparable_inverse_scalar import SCALAR_SCAN_MAX, scalar_backward_states, scalar_lu
 from structmat.linalg.quasiseparable_lu import DenseParts
 from structmat.linalg.semiseparable import Generators
 
@@ -196,8 +197,8 @@ def _realize(A: np.ndarray, C: np.ndarray, s: np.ndarray, c: np.ndarray) -> Gene
     T, n = s.shape[-2], s.shape[-1]
     eye = np.eye(n, dtype=s.dtype)
     P = eye - s[..., :, None] * C[..., None, :]
-    gap = 1 - (C * s).sum(-1)
-    scale = 1 + (np.abs(C) * np.abs(s)).sum(-1)
+    gap = 1 - np.vecdot(C.conj(), s)  # C^T s (vecdot conjugates its first argument)
+    scale = 1 + np.vecdot(np.abs(C), np.abs(s))
     zeros = torch.from_numpy(np.zeros_like(gap))
     used = slice(0, max(T - 1, 0))  # the last input map never reaches an output
     if (np.abs(gap[..., used]) > np.finfo(s.dtype).eps ** 0.5 * scale[..., used]).all():
@@ -227,13 +228,19 @@ def _checked(x: np.ndarray, what: str) -> np.ndarray:
 
 def host_inverse(parts: DenseParts) -> tuple[Generators, Generators, torch.Tensor]:
     """:func:`structmat.linalg.quasiseparable_inverse.quasiseparable_inverse` of ``parts`` (``T >= 1``) in numpy, in
-    chunks of :data:`HOST_BLOCK`: the generators of the strictly-lower part, of the transposed strictly-upper part, and the
-    diagonal ``(*, T)``. Raises :class:`~structmat.SingularMatrixError` as that function does."""
+    chunks of :data:`HOST_BLOCK` (sides of order 1 of at most
+    :data:`~structmat.linalg.quasiseparable_inverse_scalar.SCALAR_SCAN_MAX` steps by the scans of
+    :mod:`structmat.linalg.quasiseparable_inverse_scalar`): the generators of the strictly-lower part, of the
+    transposed strictly-upper part, and the diagonal ``(*, T)``. Raises :class:`~structmat.SingularMatrixError` as
+    that function does."""
     p = {k: host(getattr(parts, k)) for k in ("A", "B", "C", "Au", "Bu", "Cu", "d")}
     with np.errstate(all="ignore"):  # an overflow or a zero pivot is reported after the steps, as in torch
-        s, g, delta = _lu(p, HOST_BLOCK)
+        scans = p["A"].shape[-1] == p["Au"].shape[-1] == 1 and p["d"].shape[-1] <= SCALAR_SCAN_MAX
+        factors = scalar_lu(p) if scans else None
+        scans = factors is not None
+        s, g, delta = factors if scans else _lu(p, HOST_BLOCK)
         v = g / delta[..., None]
-        Z = _backward_states(p, s, v, delta, HOST_BLOCK)
+        Z = scalar_backward_states(p, s, v, delta) if scans else _backward_states(p, s, v, delta, HOST_BLOCK)
         lam = _checked(1 / delta + (v[..., None, :] @ Z @ s[..., :, None])[..., 0, 0], "Quasiseparable.inv() diagonal")
         c = _checked((_mT(Z) @ v[..., None])[..., 0] - lam[..., None] * p["C"], "Quasiseparable.inv() lower part")
         cu = _checked((Z @ s[..., None])[..., 0] - lam[..., None] * p["Cu"], "Quasiseparable.inv() upper part")

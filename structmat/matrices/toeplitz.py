@@ -14,7 +14,7 @@ from collections.abc import Callable
 import torch
 
 from structmat.core import small
-from structmat.core.base import StructuredMatrix
+from structmat.core.base import StructuredMatrix, reciprocal
 from structmat.core.lazy import Inverse
 from structmat.core.validation import (
     SingularMatrixError,
@@ -325,4 +325,4 @@ class ToeplitzInverse(Inverse):
     conj = StructuredMatrix.conj  # the parameters are entries: the generators conjugate with c and r
 
     def _scale(self, s) -> ToeplitzInverse:
-        return ToeplitzInverse(self.M * (1.0 / s), self.generators.scaled(s))
+        return ToeplitzInverse(self.M * reciprocal(s, self.dtype), self.generators.scaled(s))

@@ -131,6 +131,19 @@ def test_D36_dividing_by_a_float32_zero_dim_tensor_keeps_double_precision():
     assert ((M / torch.tensor(2.5)).to_dense() == torch.eye(3, dtype=F64) / torch.tensor(2.5)).all()
 
 
+@pytest.mark.parametrize("inverse", ["Inverse", "ToeplitzInverse"])
+def test_D36_scaling_an_inverse_by_a_float32_zero_dim_tensor_keeps_double_precision(inverse):
+    """D36 again, found by the expression fuzz in session 14: ``s M^{-1}`` is ``(M / s)^{-1}``, whose ``1 / s`` was
+    taken in float32."""
+    T = sm.Toeplitz(torch.tensor([3.0, 1.0, 0.5], dtype=F64), torch.tensor([3.0, 0.25, 0.125], dtype=F64))
+    M = sm.Inverse(T) if inverse == "Inverse" else T.inv()
+    assert type(M).__name__ == inverse
+    s = torch.tensor(2.5)  # float32, not exactly 1 / (a float32)
+    want = torch.linalg.inv(T.to_dense()) * 2.5
+    check_close((M * s).to_dense(), want, 1e-14, 1.0, f"{inverse} * float32 s")
+    check_close((s * M * s).to_dense(), want * 2.5, 1e-14, 1.0, f"s * {inverse} * s")
+
+
 @pytest.mark.parametrize("compose", ["Sum", "Product", "Transpose"])
 def test_D37_conj_of_a_composite_holding_a_complex_fourier(compose):
     Fc = sm.Fourier.from_kernel(torch.tensor([3.0, 1.0j, 0.5], dtype=C128))
