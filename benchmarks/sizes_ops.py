@@ -253,8 +253,10 @@ def _calls(fn: Callable[[], object], budget: float) -> int:
 
 
 def local_compare(case: str, T: int, ours: Callable[[], object], dense: Callable[[], object], *, cls: str,
-                  rounds: int = 5, budget: float = 0.01) -> dict:
-    """``compare`` for running this file alone: ``ours`` and ``dense`` alternate, best per-call time of ``rounds``."""
+                  rounds: int = 15, budget: float = 0.01) -> dict:
+    """``compare`` for running this file alone: ``ours`` and ``dense`` alternate, best per-call time of ``rounds`` (15:
+    this machine's neighbours stall it for seconds at a time, and with 5 rounds the ratios of one row spread 1.5-2x
+    between runs in session 14)."""
     with torch.no_grad():
         ours(), dense()
         n_ours, n_dense = _calls(ours, budget), _calls(dense, budget)
