@@ -10,7 +10,7 @@ import torch
 from structmat.algebra.semiseparable import batch_of, fit, sss_add, sss_matmul
 from structmat.core.base import StructuredMatrix
 from structmat.core.dtypes import real_dtype
-from structmat.core.lazy import Inverse
+from structmat.core.lazy import Inverse, Sum, Transpose
 from structmat.core.validation import SingularMatrixError, check_overflow, overflow_checks_enabled
 from structmat.matrices.bidiagonal import Bidiagonal
 from structmat.matrices.dense import Dense
@@ -42,7 +42,12 @@ def diagonal_inverse(a: Diagonal) -> Diagonal:
 
 
 def has_diagonal(d: Diagonal, m: StructuredMatrix) -> bool:
-    """The other operand of a Hadamard product with a diagonal has a structured ``diagonal()``."""
+    """The other operand of a Hadamard product with a diagonal has a structured ``diagonal()`` (a lazy sum or
+    transpose has one where every matrix it holds has one)."""
+    if isinstance(m, Sum):
+        return all(has_diagonal(d, t) for t in m.terms)
+    if isinstance(m, Transpose):
+        return has_diagonal(d, m.M)
     return type(m).diagonal is not StructuredMatrix.diagonal
 
 

@@ -156,3 +156,24 @@ def test_results_work_downstream(T):
         close(R.inv().to_dense(), torch.linalg.inv(D), rtol=1e-8, atol=1e-8)
         close((R @ R).to_dense(), D @ D, rtol=1e-9, atol=1e-9)
         close((R + a).to_dense(), D + a.to_dense(), rtol=1e-12, atol=1e-12)
+
+
+def test_sides_at_a_smaller_batch_than_the_matrix():
+    """Sides without a batch and a batched diagonal: the sum joins the sides as they are (their batch broadcasts in
+    the result's parts), the product expands them; both match the dense results, as do their products, inverses and
+    transposes."""
+    T = 6
+    f = sm.OneSS.from_decays(0.3 + 0.5 * rand(T, seed=1), b=randn(T, seed=2), c=randn(T, seed=3))
+    g = sm.OneSS.from_decays(0.3 + 0.5 * rand(T, seed=4))
+    a = sm.Quasiseparable.bidirectional(f, g, 3 + rand(2, T, seed=5))
+    b = sm.Quasiseparable.bidirectional(g, f, 3 + rand(T, seed=6))
+    assert a.lower_part.B.shape == (T, 1) and a.shape == (2, T, T)
+    x = randn(T, 1, seed=7)
+    with torch.no_grad():
+        for R, want in ((a + b, a.to_dense() + b.to_dense()), (a @ b, a.to_dense() @ b.to_dense()),
+                        (b @ a, b.to_dense() @ a.to_dense())):
+            assert R.shape == (2, T, T)
+            close(R.to_dense(), want)
+            close(R @ x, want @ x)
+            close(R.T.to_dense(), want.mT)
+            close(R.inv().to_dense(), torch.linalg.inv(want), rtol=1e-10)

@@ -163,3 +163,20 @@ def test_D38_linear_order_with_a_float32_dense_transition_mask_and_float64_input
 
 def test_D39_semiseparable_rank_of_an_empty_batch():
     assert sm.semiseparable_rank(torch.zeros(0, 3, 3, dtype=F64)) == 0
+
+
+def test_D44_hadamard_of_a_diagonal_and_a_sum_holding_a_product():
+    """Found by the long expression fuzz in session 14: the rule for ``Diagonal * M`` applied to a lazy ``Sum`` whose
+    ``diagonal()`` exists, but one of whose terms (a lazy ``Product``) has none, and raised that term's message, which
+    names no Hadamard product. Now the rule does not apply, and the error says there is no structured Hadamard
+    product; with structured diagonals in every term the rule still applies."""
+    d = sm.Diagonal(torch.ones(3, dtype=F64))
+    P = sm.Product(sm.Dense(torch.ones(3, 3, dtype=F64)), sm.Dense(torch.eye(3, dtype=F64)))
+    with pytest.raises(TypeError, match="hadamard"):
+        d.hadamard(sm.Sum(d, P))
+    with pytest.raises(TypeError, match="hadamard"):
+        d.hadamard(sm.Transpose(sm.Sum(P, d)))
+    S = sm.Sum(d, sm.Dense(2 * torch.ones(3, 3, dtype=F64)))
+    out = d.hadamard(sm.Transpose(S))
+    assert isinstance(out, sm.Diagonal)
+    check_close(out.to_dense(), torch.diag_embed(torch.full((3,), 3.0, dtype=F64)), 1e-15, 1.0, "d * S.T")
