@@ -72,11 +72,7 @@ def sss_add(M1: SSS, M2: SSS) -> SSS:
     G1, G2, batch = operand_generators(M1, M2)
     D = None if G1.D is None and G2.D is None else G1.diagonal() + G2.diagonal()
     A = G1.A.block_diagonal(G2.A, G1.B.shape[-1], G2.B.shape[-1])
-    try:  # both maps in one join (at T = 256 each join of (T, 4) blocks costs about 7 us)
-        B, C = torch.cat([G1.B, G2.B, G1.C, G2.C], -1).chunk(2, -1)
-    except RuntimeError:  # batch sizes that broadcast
-        B, C = join_states(G1.B, G2.B), join_states(G1.C, G2.C)
-    return build(Generators(A, B, C, D), M1.lower, batch)
+    return build(Generators(A, join_states(G1.B, G2.B), join_states(G1.C, G2.C), D), M1.lower, batch)
 
 
 def _one_ss_product(M1: OneSS, M2: OneSS) -> SSS | None:
