@@ -21,6 +21,7 @@ from structmat.linalg.semiseparable import Generators
 
 __all__ = ["host_matmul_lower"]
 
+
 def _arrays(G: Generators) -> tuple | None:
     """``(A, B, C, D)`` of ``G`` as numpy arrays (``D`` None where implicit), or None where a gradient is wanted."""
     A, B, C, D = G.A.values, G.B, G.C, G.D
