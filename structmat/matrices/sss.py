@@ -128,12 +128,12 @@ class SSS(StructuredMatrix):
     @classmethod
     def _of_one_dtype(cls, A: Transitions, B: torch.Tensor, C: torch.Tensor, D: torch.Tensor | None, lower: bool,
                       shape: torch.Size, dtype: torch.dtype, device: torch.device) -> SSS:
-        """:meth:`_assemble` of generators of ``dtype`` (nothing to promote) for a matrix of ``shape`` on ``device``:
-        for closure results of a few tens of microseconds, where each check, ``Generators`` or reading of a tensor's
-        device (half a microsecond) is a noticeable part."""
+        """:meth:`_assemble` of generators of ``dtype`` (nothing to promote) for a matrix of ``shape`` on ``device``
+        (a ``torch.device``): for closure results of a few tens of microseconds, where each check, ``Generators`` or
+        reading of a tensor's device (half a microsecond) is a noticeable part."""
         M = object.__new__(SSS)
         M.transitions, M.B, M.C, M.D, M.lower = A, B, C, D, lower
-        M._shape, M._dtype, M._device = shape, dtype, device
+        StructuredMatrix.__init__(M, shape, dtype, device)
         return M
 
     def _set(self, A: Transitions, B: torch.Tensor, C: torch.Tensor, D: torch.Tensor | None, lower: bool,
