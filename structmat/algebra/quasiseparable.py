@@ -34,6 +34,7 @@ from structmat.algebra.semiseparable import (
     sss_add,
     sss_hadamard,
 )
+from structmat.core.joined_transitions import block_diagonal, kron
 from structmat.core.transitions import Transitions
 from structmat.linalg.quasiseparable_inverse import quasiseparable_inverse
 from structmat.linalg.scan import linear_scan
@@ -68,7 +69,7 @@ def _strict_sum(p1: SSS, p2: SSS, batch) -> SSS:
     G1, G2 = p1.generators, p2.generators
     T = G1.B.shape[-2]
     zeros = G1.D if G1.D.shape[:-1] == tuple(batch) else G1.D.expand(*batch, T)
-    A = G1.A.block_diagonal(G2.A, G1.order, G2.order)
+    A = block_diagonal(G1.A, G2.A, G1.order, G2.order)
     return SSS._assemble(Generators(A, join_states(G1.B, G2.B), join_states(G1.C, G2.C), zeros), p1.lower, batch)
 
 
@@ -177,7 +178,7 @@ def _pair_states(Aa: Transitions, Ba: torch.Tensor, Ab: Transitions, Bb: torch.T
     maps in the place of ``Ba, Bb``), ``V_j = sum_{k>j} Phi_a(k,j)^T Ba_k Bb_k^T Phi_b(k,j)``. Shape
     ``(*, T, na, nb)``: the states of a recurrence with the Kronecker transitions ``Aa (x) Ab``."""
     na, nb, T = Ba.shape[-1], Bb.shape[-1], Ba.shape[-2]
-    K = Aa.kron(Ab, na, nb, batch)
+    K = kron(Aa, Ab, na, nb, batch)
     U = (Ba[..., :, None] * Bb[..., None, :]).flatten(-2)  # (*, T, na nb)
     P = segment_products(K) if T <= PAIRS_DENSE_MAX_T else None
     if P is not None:  # P[..., i, k] (per state for diagonal transitions): the steps k+1 .. i

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from structmat.algebra.semiseparable_host import host_matmul_lower
+from structmat.core.joined_transitions import block_diagonal, block_triangular, coupling, kron
 from structmat.core.joins import join_states, pad
 from structmat.core.transitions import Transitions
 from structmat.core.validation import SingularMatrixError, check_overflow
@@ -71,7 +72,7 @@ def sss_add(M1: SSS, M2: SSS) -> SSS:
     """``SSS(N1) + SSS(N2) = SSS(N1 + N2)`` with block-diagonal ``A`` (diagonal if both are)."""
     G1, G2, batch = operand_generators(M1, M2)
     D = None if G1.D is None and G2.D is None else G1.diagonal() + G2.diagonal()
-    A = G1.A.block_diagonal(G2.A, G1.B.shape[-1], G2.B.shape[-1])
+    A = block_diagonal(G1.A, G2.A, G1.B.shape[-1], G2.B.shape[-1])
     return build(Generators(A, join_states(G1.B, G2.B), join_states(G1.C, G2.C), D), M1.lower, batch)
 
 
@@ -100,7 +101,7 @@ def matmul_lower(G1: Generators, G2: Generators) -> Generators:
     """``L1 L2`` with ``A = [[A1, B1 C2^T A2], [0, A2]]``, ``B = [B1 d2; B2]``, ``C = [C1; (D1 - C1^T B1) C2]``,
     ``D = D1 D2`` (no explicit ``D1``: ``C = [C1; 0]``, no ``D``). The parameters of both have one batch rank; their
     sizes broadcast."""
-    A = G1.A.block_triangular(G2.A, G2.A.coupling(G1.B, G2.C))
+    A = block_triangular(G1.A, G2.A, coupling(G2.A, G1.B, G2.C))
     d2 = G2.diagonal()
     B = join_states(G1.B * d2.unsqueeze(-1), G2.B)
     if G1.D is None:
@@ -130,12 +131,12 @@ def sss_hadamard(M1: SSS, M2: SSS) -> SSS:
     """``SSS(N1) * SSS(N2) = SSS(N1 N2)``: Kronecker products of the states (log decays add)."""
     batch = batch_of(M1, M2)
     G1, G2 = generators_in(M1, batch), generators_in(M2, batch)
-    kron = lambda x, y: (x[..., :, None] * y[..., None, :]).flatten(-2)  # noqa: E731
+    states = lambda x, y: (x[..., :, None] * y[..., None, :]).flatten(-2)  # noqa: E731
     D = None
     if G1.D is not None or G2.D is not None:
         D = G1.diagonal() * G2.diagonal()
-    A = G1.A.kron(G2.A, G1.order, G2.order, batch)
-    return build(Generators(A, kron(G1.B, G2.B), kron(G1.C, G2.C), D), M1.lower, batch)
+    A = kron(G1.A, G2.A, G1.order, G2.order, batch)
+    return build(Generators(A, states(G1.B, G2.B), states(G1.C, G2.C), D), M1.lower, batch)
 
 
 def lower_times_upper_diagonal(M1: SSS, M2: SSS) -> Diagonal:

@@ -26,7 +26,8 @@ import torch
 from structmat.core.host import host
 from structmat.core.validation import SingularMatrixError, finite_checks_enabled
 
-__all__ = ["DENSE_MAX_ENTRIES", "DENSE_MAX_WORK", "dense_form", "dense_solve", "keep", "keep_when_used", "vector_solve"]
+__all__ = ["DENSE_MAX_ENTRIES", "DENSE_MAX_WORK", "dense_form", "dense_solve", "in_place_version", "keep", "keep_when_used",
+           "vector_solve"]
 
 #: Most entries (``T * S`` times the batch) of a matrix whose products and solves run through its kept
 #: dense form: ``256 x 256``. Measured (one thread, float64, ``x (T, 1)``): a 1-SS, SSS(4), Toeplitz,
@@ -78,7 +79,7 @@ def _applies(M, X: torch.Tensor) -> bool:
     return M.device.type == "cpu" and not torch.compiler.is_compiling()
 
 
-def _version(p: torch.Tensor) -> int | None:
+def in_place_version(p: torch.Tensor) -> int | None:
     """The in-place version counter (inference tensors have none: None)."""
     return None if p.is_inference() else p._version
 
@@ -100,7 +101,7 @@ def _record(M) -> _Kept | None:
     params = _tensors(M, [], set())
     if grad and any(p.requires_grad for p in params):
         return None
-    M._small = _Kept([(p, _version(p)) for p in _distinct(params)])
+    M._small = _Kept([(p, in_place_version(p)) for p in _distinct(params)])
     return M._small
 
 

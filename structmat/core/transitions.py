@@ -1,6 +1,7 @@
 """The transitions ``A_0, ..., A_{T-1}`` of a state-space recurrence ``h_t = A_t h_{t-1} + u_t``.
 
-One type owns the four kinds of transition; no other module branches on the kind:
+One type owns the four kinds of transition (the transitions of two recurrences joined, for sums, products and
+Hadamard products, are built beside it in :mod:`structmat.core.joined_transitions`):
 
 ========  ========================  ==================================================
 kind      ``values`` shape          meaning of step ``t``
@@ -31,7 +32,6 @@ from collections.abc import Callable
 import torch
 
 from structmat.core.dtypes import real_dtype
-from structmat.core.joins import join_states, pad, same_batch
 from structmat.core.validation import check_finite
 
 __all__ = ["Transitions", "KINDS", "carries_gradient", "with_gradient_of"]
@@ -344,53 +344,3 @@ class Transitions:
         if self.kind == "dense":
             return lambda u, a, h: u + a @ h
         return torch.addcmul
-
-    # --- combining two recurrences -------------------------------------------------------------------
-    def block_diagonal(self, other: Transitions, n1: int, n2: int) -> Transitions:
-        """``diag(A1_t, A2_t)``: the transitions of a sum of two recurrences (diagonal where both are). Batch dims of
-        one count; their sizes broadcast."""
-        if (self.kind == other.kind == "log" and n1 == n2 == 1 and self.values.shape == other.values.shape
-                and not (carries_gradient(self.decays) or carries_gradient(other.decays))):  # (diagonals() carry them)
-            return Transitions(torch.exp(torch.stack([self.values, other.values], -1)), "diag")  # one exp of both
-        d1, d2 = self.diagonals(n1), other.diagonals(n2)
-        if d1 is not None and d2 is not None:
-            return Transitions(join_states(d1, d2), "diag")
-        # block rows [A1 0] and [0 A2] stacked: rows of n1 + n2 entries copied, where padding both ways would copy
-        # rows of n1 or n2 (measured at T = 256, n = 4: 37 against 54 us)
-        A1, A2 = same_batch(self.matrices(n1), other.matrices(n2))
-        return Transitions(torch.cat([pad(A1, (0, n2)), pad(A2, (n1, 0))], -2), "dense")
-
-    def block_triangular(self, other: Transitions, coupling: torch.Tensor) -> Transitions:
-        """``[[A1_t, coupling_t], [0, A2_t]]`` for ``coupling (*, T, n1, n2)``: the transitions of a cascade of two
-        recurrences (a product), dense, in the dtype of ``coupling``. Batch dims of one count; their sizes broadcast.
-        Three whole-tensor operations (on small matrices each costs microseconds)."""
-        n1, n2, dtype = coupling.shape[-2], coupling.shape[-1], coupling.dtype
-        d1, d2 = self.diagonals(n1, dtype), other.diagonals(n2, dtype)
-        if d1 is not None and d2 is not None:  # the coupling in its corner, the diagonal written over the zeros
-            diagonal, corner = join_states(d1, d2), pad(coupling, (n1, 0, 0, n2))
-            if diagonal.shape == corner.shape[:-1]:
-                return Transitions(torch.diagonal_scatter(corner, diagonal, 0, -2, -1), "dense")
-            return Transitions(torch.diag_embed(diagonal) + corner, "dense")  # (sizes that broadcast)
-        A1, A2, coupling = same_batch(self.matrices(n1, dtype), other.matrices(n2, dtype), coupling)
-        return Transitions(torch.cat([torch.cat([A1, coupling], -1), pad(A2, (n1, 0))], -2), "dense")
-
-    def coupling(self, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-        """``b_t (c_t^T A_t)`` of shape ``(*, T, M, N)`` for ``b (*, T, M)`` and ``c (*, T, N)``: in a cascade, the
-        output of one recurrence (``c_t^T A_t h_{t-1}``) entering the state of the next through its input map ``b``."""
-        if self.kind == "dense":  # the row c^T A kept as a (1, N) matrix: no squeeze and unsqueeze
-            return b.unsqueeze(-1) * (c.unsqueeze(-2) @ self.actual())
-        return b.unsqueeze(-1) * self.left_apply(c).unsqueeze(-2)
-
-    def kron(self, other: Transitions, n1: int, n2: int, batch) -> Transitions:
-        """``A1_t (x) A2_t``: the transitions of an elementwise product of two recurrences."""
-        if self.kind == "log" and other.kind == "log":
-            own = lambda A: torch.exp(A.values) if A.decays is None else A.decays  # noqa: E731
-            carried = carries_gradient(self.decays) or carries_gradient(other.decays)
-            decays = own(self) * own(other) if carried else None
-            return Transitions(self.values + other.values, "log", decays)
-        d1, d2 = self.diagonals(n1), other.diagonals(n2)
-        if d1 is not None and d2 is not None:
-            return Transitions((d1[..., :, None] * d2[..., None, :]).flatten(-2).expand(*batch, -1, n1 * n2), "diag")
-        A1, A2 = self.matrices(n1), other.matrices(n2)
-        K = (A1[..., :, None, :, None] * A2[..., None, :, None, :]).flatten(-4, -3).flatten(-2, -1)
-        return Transitions(K.expand(*batch, *K.shape[-3:]), "dense")

@@ -140,7 +140,7 @@ class SSS(StructuredMatrix):
              batch: tuple[int, ...]) -> None:
         """The state of an SSS with generators ``(A, B, C, D)`` (see :meth:`_assemble`)."""
         dtype = B.dtype
-        if C.dtype != dtype or (D is not None and D.dtype != dtype) or A.values.dtype != dtype:  # else nothing to cast
+        if C.dtype != dtype or (D is not None and D.dtype != dtype) or A.dtype != dtype:  # else nothing to cast
             for t in (C, D):
                 if t is not None and t.dtype != dtype:
                     dtype = torch.promote_types(dtype, t.dtype)

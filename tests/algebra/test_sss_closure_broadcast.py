@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import structmat as sm
+from structmat.core.joined_transitions import block_diagonal, block_triangular
 
 KINDS = ["scalar", "diag", "dense"]
 
@@ -76,11 +77,11 @@ def test_transitions_block_forms_with_broadcast_batches():
     want = torch.zeros(3, 5, 5, 5, dtype=F64)
     want[..., :2, :2] = torch.diag_embed(a.values)
     want[..., 2:, 2:] = b.values
-    close(a.block_diagonal(b, 2, 3).values, want)
+    close(block_diagonal(a, b, 2, 3).values, want)
     want[..., :2, 2:] = coupling
-    close(a.block_triangular(b, coupling).values, want)
+    close(block_triangular(a, b, coupling).values, want)
     c = sm.Transitions(rand(3, 5, 3, seed=4), "diag")  # both diagonal, the coupling broadcast against them
     want = torch.diag_embed(torch.cat([a.values.expand(3, 5, 2), c.values], -1))
     want[..., :2, 2:] = coupling[:1]
-    close(a.block_triangular(c, coupling[:1]).values, want)
-    close(a.block_triangular(c, coupling[:1].expand(3, 5, 2, 3)).values, want)
+    close(block_triangular(a, c, coupling[:1]).values, want)
+    close(block_triangular(a, c, coupling[:1].expand(3, 5, 2, 3)).values, want)

@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import structmat as sm
+from structmat.core.joined_transitions import block_diagonal, kron
 
 KINDS = ["log", "scalar", "diag", "dense"]
 
@@ -55,17 +56,17 @@ def test_chunking_padding_and_identity_first(kind):
 
 def test_combinations_and_log_diagonals():
     a, b = make("log", 5, 1, seed=1), make("diag", 5, 2, seed=2)
-    S = a.block_diagonal(b, 1, 2)
+    S = block_diagonal(a, b, 1, 2)
     assert S.kind == "diag"
     close(S.matrices(3)[..., :1, :1], a.matrices(1))
     close(S.matrices(3)[..., 1:, 1:], b.matrices(2))
     close(S.matrices(3)[..., :1, 1:], torch.zeros(2, 5, 1, 2, dtype=F64))
-    D = a.block_diagonal(make("dense", 5, 2, seed=4), 1, 2)
+    D = block_diagonal(a, make("dense", 5, 2, seed=4), 1, 2)
     assert D.kind == "dense"
     close(D.matrices(3)[..., 1:, 1:], make("dense", 5, 2, seed=4).matrices(2))
-    K = a.kron(b, 1, 2, (2,))
+    K = kron(a, b, 1, 2, (2,))
     close(K.matrices(2), a.matrices(1) * b.matrices(2))
-    assert a.kron(make("log", 5, 1, seed=3), 1, 1, (2,)).kind == "log"
+    assert kron(a, make("log", 5, 1, seed=3), 1, 1, (2,)).kind == "log"
     close(b.log_diagonals(2).exp()[:, 1:], b.diagonals(2)[:, 1:])
     assert make("dense", 5, 2).log_diagonals(2) is None
     assert sm.Transitions(-torch.ones(5), "scalar").log_diagonals(1) is None
@@ -88,7 +89,7 @@ def test_log_transitions_carry_their_decays_through_every_operation():
              "chunked": A.chunked(4), "reversed": A.reversed(), "expand": A.expand((3, 2)),
              "reshape": A.reshape_batch((2, 1)), "map": A.map(lambda t: t.to(torch.complex128)),
              "cast": A.cast(torch.float32), "prefix": A.prefix(), "suffix": A.suffix(), "total": A.total(),
-             "last": A.last(), "kron": A.kron(other, 1, 1, (2,))}
+             "last": A.last(), "kron": kron(A, other, 1, 1, (2,))}
     for name, out in steps.items():
         assert out.decays is not None and out.decays.shape == out.values.shape, name
         close(out.decays, torch.exp(out.values), rtol=1e-6 if name == "cast" else 1e-12)
