@@ -162,3 +162,48 @@ def test_compiled_sum_writes_dense_transitions():
     x = randn(5, 2, seed=9)
     compiled = torch.compile(lambda a, b, x: (a + b) @ x, backend="eager")
     close(compiled(M[0], M[1], x), (M[0].to_dense() + M[1].to_dense()) @ x)
+
+
+def _written_out(S: sm.SSS) -> sm.SSS:
+    """The same matrix with its transitions placed by hand (:func:`_by_hand`) as a plain dense tensor."""
+    blocks = S.transitions.blocks
+    return sm.SSS(_by_hand(blocks, blocks[0].shape[:-3], blocks[0].shape[-3]), S.B, S.C, D=S.D)
+
+
+OPERATIONS = {
+    "to_dense": lambda M, x: M.to_dense(), "matvec": lambda M, x: M @ x, "transpose matvec": lambda M, x: M.T @ x,
+    "solve": lambda M, x: M.solve(x), "inv": lambda M, x: M.inv().to_dense(), "conj": lambda M, x: M.conj().to_dense(),
+    "to complex": lambda M, x: M.to(C128).to_dense(), "reverse": lambda M, x: M.reverse().to_dense(),
+    "product": lambda M, x: (M @ M).to_dense(), "sum": lambda M, x: (M + M).to_dense(),
+    "hadamard": lambda M, x: M.hadamard(M).to_dense(), "scaled": lambda M, x: (-2.5 * M).to_dense(),
+    "diagonal times": lambda M, x: (sm.Diagonal(torch.arange(1.0, 9.0, dtype=F64)) @ M).to_dense(),
+    "bidirectional": lambda M, x: sm.Quasiseparable(M, M.T, torch.ones(8, dtype=F64)) @ x,
+    "deepcopy": lambda M, x: copy.deepcopy(M).to_dense(),
+}
+
+
+@pytest.mark.parametrize("name", list(OPERATIONS))
+def test_every_operation_on_a_sum_equals_the_written_out_matrix(name):
+    """Each operation on a sum whose transitions are kept as blocks gives what it gives on the same matrix with the
+    transitions written out (the same arithmetic: equal to rounding, batch of two)."""
+    M = [sm.SSS(randn(2, 8, n, n, seed=n) / 4, randn(2, 8, n, seed=n + 1), randn(2, 8, n, seed=n + 2),
+                D=2 + rand(2, 8, seed=n + 3)) for n in (2, 3)]
+    S = M[0] + M[1]
+    assert isinstance(S.transitions, BlockDiagonal)
+    x = randn(2, 8, 3, seed=7)
+    close(OPERATIONS[name](S, x), OPERATIONS[name](_written_out(S), x), rtol=1e-13, atol=1e-13)
+
+
+@pytest.mark.parametrize("order", ["auto", "quadratic", "linear"])
+def test_sma_and_decoding_with_a_summed_mask(order):
+    """``sma`` (each order) and token-by-token decoding with a sum of per-head dense-transition masks equal those with
+    the written-out mask."""
+    heads = (2, 2)
+    M = [sm.SSS(randn(*heads, 6, n, n, seed=n) / 4, randn(*heads, 6, n, seed=n + 1), randn(*heads, 6, n, seed=n + 2))
+         for n in (2, 3)]
+    S = M[0] + M[1]
+    q, k, v = randn(2, 6, 2, 4, seed=1), randn(2, 6, 2, 4, seed=2), randn(2, 6, 2, 3, seed=3)
+    close(sm.sma(q, k, v, S, order=order), sm.sma(q, k, v, _written_out(S), order=order), rtol=1e-12, atol=1e-12)
+    ours, theirs = sm.SMADecoder(S), sm.SMADecoder(_written_out(S))
+    for t in range(6):
+        close(ours.step(q[:, t], k[:, t], v[:, t]), theirs.step(q[:, t], k[:, t], v[:, t]), rtol=1e-12, atol=1e-12)
