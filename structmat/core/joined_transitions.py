@@ -12,7 +12,8 @@ function                    transitions of step ``t``              closure opera
 A sum of dense transitions keeps them as blocks (:class:`BlockDiagonal`): writing ``(T, n1, n1)`` and ``(T, n2, n2)``
 blocks into rows of ``n1 + n2`` moves runs of a few numbers, which cost more than the rest of the sum, and a sum of
 sums would write every block again. Measured (one thread, float32, fresh operands, ``SSS(4, dense A) + SSS(4, dense
-A)``): at ``T = 256`` 63 -> 43 us (the dense sum of the ``256 x 256`` matrices: 27 us), at ``T = 16`` 50 -> 35 us.
+A)``, against the previous commit): at ``T = 256`` 71-76 -> 39-41 us (the dense sum of the ``256 x 256`` matrices:
+25-29 us), at ``T = 16`` 48 -> 32 us.
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ class BlockDiagonal(Transitions):
 
     The blocks are the operands' own tensors (views, as other closure results keep their operands' transitions): a
     block changed in place after the sum shows in the values (they are written again). Values written without a graph
-    (``no_grad``) are written again where a block's gradient is wanted, and those written in inference mode outside it
-    (a later use would lose the gradient, or fail to record it).
+    (under ``no_grad``) are written again where a block's gradient is wanted, and values written in inference mode are
+    written again outside it (a later use would lose the gradient, or fail to record it).
 
     Examples
     --------
