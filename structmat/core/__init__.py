@@ -1,5 +1,6 @@
-"""The ground floor: the base class, the closure dispatch, lazy composites, transitions, validation, the kept dense
-forms of small matrices (``small``) and the numpy views of the CPU host paths (``host``).
+"""The ground floor: the base class, the closure dispatch, lazy composites, transitions and their joins
+(``joined_transitions``: sums keep dense blocks apart), validation, the kept dense forms of small matrices (``small``)
+and the numpy views of the CPU host paths (``host``).
 
 Importing this package registers the lazy last resorts of the closure rules.
 """

@@ -23,6 +23,7 @@ import torch
 from structmat.core.joins import join_states, pad, same_batch
 from structmat.core.small import in_place_version
 from structmat.core.transitions import Transitions, carries_gradient
+from structmat.core.validation import check_finite
 
 __all__ = ["BlockDiagonal", "block_diagonal", "block_triangular", "coupling", "kron"]
 
@@ -104,7 +105,7 @@ class BlockDiagonal(Transitions):
 
     def check_finite(self, name: str) -> None:
         for b in self.blocks:
-            Transitions(b, "dense").check_finite(name)
+            check_finite(b, name)
 
     def expand(self, batch: torch.Size | tuple[int, ...]) -> BlockDiagonal:
         return BlockDiagonal(tuple(b.expand(*batch, *b.shape[-3:]) for b in self.blocks))
