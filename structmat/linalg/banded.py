@@ -38,6 +38,7 @@ from structmat.core.validation import SingularMatrixError, broadcast_shapes, ove
 from structmat.linalg.semiseparable import Generators
 
 __all__ = ["applies", "band", "band_entries", "sss_matmat", "sss_solve", "Band", "MAX_ORDER", "MAX_ROWS",
+           "SCAN_MIN_COLUMNS", "SCAN_DENSE_MIN_COLUMNS_N", "SCAN_MIN_WORK", "SCAN_MAX_WORK", "scans_win",
            "KEEP_MAX_ENTRIES", "KEEP_PER_PARAMETER_BYTE", "BLOCK_ENTRIES", "keeps", "bidiagonal_applies",
            "bidiagonal_band", "bidiagonal_solve"]
 
@@ -49,6 +50,29 @@ MAX_ORDER = 8
 #: Most systems (batch entries of the matrix times those of the operand) solved one LAPACK call each; a
 #: larger batch takes the vectorised torch scans, which treat the whole batch in each step.
 MAX_ROWS = 64
+
+#: Fewest columns (every system's counted) with which a product takes the torch scans instead of the band, for scalar
+#: and diagonal transitions: LAPACK runs the columns one after another, the scans run them all in each step. Dense
+#: transitions need :data:`SCAN_DENSE_MIN_COLUMNS_N` columns times ``N`` (a scan step costs ``N^2`` per column there).
+#: Fitted to two runs of ``benchmarks/band_or_scan.py`` (one thread, float32, ``T = 256 ... 65536``, ``N = 1 ... 8``;
+#: ``benchmarks/NOTES_sizes.md``, session 16): of the rules near the best summed log regret, the one whose choices of
+#: the scans cost at most 1.16x the band built in the call (1.48x a kept band); 8 columns fitted slightly better
+#: but lost up to 1.44x (2.2x) at ``N = 2 ... 8``, ``T = 1024 ... 4096``.
+SCAN_MIN_COLUMNS = 16
+
+#: Fewest columns times ``N`` with which a product of dense transitions takes the scans (:data:`SCAN_MIN_COLUMNS`):
+#: at ``N = 4`` the scans cost 2-4x the band with 16 columns, 0.7-1.4x with 32, 0.55-0.9x with 64.
+SCAN_DENSE_MIN_COLUMNS_N = 256
+
+#: Fewest entries ``T * columns * N`` of a product taken through the scans (their fixed cost, about 1 ms, is shared
+#: by the columns): below, the band wins whatever the columns.
+SCAN_MIN_WORK = {"diag": 1 << 16, "dense": 1 << 17}
+
+#: Most entries ``T * columns * N`` of a product taken through the scans. Dense transitions: above, the scans'
+#: ``(T, columns, N)`` temporaries leave the cache and the band is as fast or faster (the scans 0.6-1.7x its time at
+#: ``2^23`` to ``2^24`` entries, three runs). Scalar and diagonal ones: 0.2-0.95x there at ``N = 1, 2``, 0.4-1.3x at
+#: ``N = 4, 8`` (the paths trade places from run to run), so the bound is the largest measured size.
+SCAN_MAX_WORK = {"diag": 1 << 24, "dense": 1 << 22}
 
 #: Largest band (entries, batch included) kept with the matrix for its next products whatever its parameters
 #: (building it costs about as much as the solve at T = 1024): 16 MiB.
@@ -96,7 +120,21 @@ def applies(G: Generators, X: torch.Tensor, solve: bool = False, transpose: bool
         return False
     batch = G.batch_shape if batch is None else batch
     rows = batch.numel() if X.dim() == 2 else broadcast_shapes(batch, X.shape[:-2]).numel()
-    return 0 < rows <= MAX_ROWS and (solve or not transpose or keeps(G, batch))
+    if not 0 < rows <= MAX_ROWS:
+        return False
+    return solve or (not scans_win(G, rows * X.shape[-1]) and (not transpose or keeps(G, batch)))
+
+
+def scans_win(G: Generators, columns: int) -> bool:
+    """Whether the torch scans multiply ``G``'s matrix with ``columns`` columns (all systems together) faster than
+    the band: :data:`SCAN_MIN_COLUMNS`, :data:`SCAN_DENSE_MIN_COLUMNS_N`, :data:`SCAN_MIN_WORK`,
+    :data:`SCAN_MAX_WORK`."""
+    N = G.B.shape[-1]
+    dense = G.A.kind == "dense"
+    work = G.B.shape[-2] * columns * N
+    wide = columns * N >= SCAN_DENSE_MIN_COLUMNS_N if dense else columns >= SCAN_MIN_COLUMNS
+    kind = "dense" if dense else "diag"
+    return wide and SCAN_MIN_WORK[kind] <= work <= SCAN_MAX_WORK[kind]
 
 
 def _np(t: torch.Tensor) -> np.ndarray:

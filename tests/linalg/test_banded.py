@@ -73,6 +73,52 @@ def test_applies_only_where_it_should():
     assert not banded.applies(G, randn(banded.MAX_ROWS + 1, 10, 1))
 
 
+def _wide(T, K, N, kind, batch=()):
+    """Generators and an operand of the given sizes without their memory (expanded zeros: only shapes are read)."""
+    A = torch.zeros(()).expand(*batch, T, N, N) if kind == "dense" else torch.zeros(()).expand(*batch, T, N)
+    maps = torch.zeros(()).expand(*batch, T, N)
+    return Generators(Transitions(A, kind), maps, maps, torch.zeros(()).expand(*batch, T)), torch.zeros(()).expand(T, K)
+
+
+@pytest.mark.parametrize("kind,N,below,from_", [("diag", 1, 8, 16), ("diag", 4, 8, 16), ("diag", 8, 8, 16),
+                                                ("dense", 2, 64, 128), ("dense", 4, 32, 64), ("dense", 8, 16, 32)])
+def test_products_with_many_columns_take_the_scans(kind, N, below, from_):
+    """From SCAN_MIN_COLUMNS columns (SCAN_DENSE_MIN_COLUMNS_N columns times N for dense transitions) and
+    SCAN_MIN_WORK entries a product leaves the band for the scans; solves keep it; above SCAN_MAX_WORK entries the band
+    is back (the scans' temporaries leave the cache)."""
+    T = 8192
+    G, X = _wide(T, from_, N, kind)
+    assert not banded.applies(G, X) and not banded.applies(G, X, transpose=True)
+    assert banded.applies(G, X, solve=True)
+    assert banded.applies(*_wide(T, below, N, kind))
+    assert banded.applies(*_wide(16, from_, N, kind))  # too little work: the scans' fixed cost
+    long = banded.SCAN_MAX_WORK["dense" if kind == "dense" else "diag"] // (from_ * N) + 1
+    assert banded.applies(*_wide(long, from_, N, kind))
+    G4, _ = _wide(T, 1, N, kind, batch=(4,))  # four systems share the columns' count
+    assert not banded.applies(G4, torch.zeros(()).expand(4, T, -(-from_ // 4)))
+
+
+@pytest.mark.parametrize("lower", [True, False])
+@pytest.mark.parametrize("kind,K", [("log", 256), ("scalar", 64), ("diag", 64), ("dense", 128)])
+def test_sss_products_with_many_columns_equal_dense(kind, K, lower, monkeypatch):
+    """Through the scans (never the band: a call would fail), both triangles, every kind of transitions; an order-1
+    SSS of log decays through its one compiled scan."""
+    from structmat.linalg import chunk_form
+
+    monkeypatch.setattr(chunk_form, "applies", lambda *args: False)  # (else the kept chunked form serves these)
+    monkeypatch.setattr(banded, "sss_matmat", lambda *args: pytest.fail("took the band"))
+    T, N = 300, 1 if kind == "log" else 4
+    G, A = _generators(kind, T, N, seed=4, zero_decay=True)
+    M = sm.SSS(G.A, G.B, G.C, G.D, lower=lower)
+    dense = torch.from_numpy(sss_dense(A, G.B, G.C, G.D, "scalar" if kind == "log" else kind, lower))
+    X = randn(T, K, seed=5)
+    close(M @ X, dense @ X)
+    M32 = sm.SSS(Transitions(G.A.values.float(), kind), G.B.float(), G.C.float(), G.D.float(), lower=lower)
+    Y = M32 @ X.float()
+    assert Y.dtype == torch.float32
+    close(Y, dense @ X, rtol=1e-4)
+
+
 @pytest.mark.parametrize("lower", [True, False])
 @pytest.mark.parametrize("kind", ["diag", "dense"])
 def test_sss_class_paths_at_mid_size(kind, lower):
