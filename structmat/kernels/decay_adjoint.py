@@ -117,20 +117,41 @@ def decay_gradient(x, log_a, B, C, dy, chunk: int = ADJOINT_CHUNK) -> torch.Tens
 class _ExactDecayGradient(torch.autograd.Function):
     @staticmethod
     def forward(ctx, y, decays, x, log_a, B, C, chunk):
-        ctx.save_for_backward(x, log_a, B, C)
-        ctx.shape, ctx.dtype, ctx.chunk = decays.shape, decays.dtype, chunk
+        ctx.save_for_backward(x, log_a, B, C, decays)
+        ctx.chunk = chunk
         return y
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx, dy):
-        x, log_a, B, C = ctx.saved_tensors
-        grad = decay_gradient(x, log_a, B, C, dy, ctx.chunk).to(ctx.dtype)
-        return dy, grad.sum_to_size(ctx.shape), None, None, None, None, None
+        x, log_a, B, C, decays = ctx.saved_tensors
+        with torch.no_grad():
+            grad = decay_gradient(x, log_a, B, C, dy, ctx.chunk).to(decays.dtype).sum_to_size(decays.shape)
+        return dy, _not_twice(grad, decays), None, None, None, None, None
+
+
+class _NotDifferentiableTwice(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, grad, decays):
+        return grad.clone()
+
+    @staticmethod
+    def backward(ctx, _):
+        raise RuntimeError("the decays' gradient of the chunked SMA order is not differentiable twice (its backward is "
+                           "written by hand): for second derivatives take order='linear' or 'quadratic'")
+
+
+def _not_twice(grad: torch.Tensor, decays: torch.Tensor) -> torch.Tensor:
+    """``grad``, whose derivative with respect to ``decays`` raises where the backward is differentiated
+    (``create_graph=True``). torch's ``once_differentiable`` hangs its error on a new leaf, which a derivative with
+    respect to the decays never visits: a second derivative lost these terms without a word wherever the decays
+    also entered the loss another way (``(y * w).sum() + f(a)``)."""
+    if not torch.is_grad_enabled():
+        return grad
+    return _NotDifferentiableTwice.apply(grad, decays)
 
 
 def with_exact_decay_gradient(y, decays, x, log_a, B, C, chunk: int = ADJOINT_CHUNK) -> torch.Tensor:
     """``y`` (the output of ``chunked_decay(x, log_a, B, C)`` run with ``log_a`` detached), whose gradient also
     reaches ``decays`` (``exp(log_a)`` with its graph, shape ``(B, T, H)`` or broadcast to it) through
-    :func:`decay_gradient`. Not differentiable twice with respect to the decays (``once_differentiable``)."""
+    :func:`decay_gradient`. Not differentiable twice with respect to the decays: a second derivative raises."""
     return _ExactDecayGradient.apply(y, decays, *(t.detach() for t in (x, log_a, B, C)), chunk)

@@ -8,8 +8,9 @@ same solver, and the gradient of a decay is ``dL/da_t = <l_t, h_{t-1}>``: finite
 ``a_t = 0`` and at subnormal decays, where a chain rule through ``log a`` would give ``0 / 0``.
 :func:`decay_matrix` is the same recurrence on the identity: the dense 1-SS decay mask.
 
-These backward passes are not differentiable again (``once_differentiable``): second derivatives
-with respect to the decays or the operand through them raise.
+Where the backward is itself differentiated (``create_graph=True``) its transposed recurrence is recorded as
+another first-order scan, so second (and higher) derivatives are exact; a plain backward runs the solver
+directly.
 """
 
 from __future__ import annotations
@@ -32,12 +33,24 @@ def _blocked(log_a: torch.Tensor, X: torch.Tensor, transpose: bool) -> torch.Ten
     return decay_scan(torch.cat([torch.zeros_like(log_a[..., :1]), log_a[..., 1:]], dim=-1), X)
 
 
-def _adjoint(log_a: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+def _adjoint(log_a: torch.Tensor, a: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
     """``(I - S diag(a))^{-T} grad``: the transposed recurrence (compiled code on the CPU, not while
-    torch.compile traces the backward: the scan, which it can trace)."""
+    torch.compile traces the backward: the scan, which it can trace); ``a`` the decays whose gradient it carries
+    where the backward is differentiated (:func:`_transposed`)."""
     traced = torch.compiler.is_compiling() or grad.is_complex()
     compiled, a_const = (False, None) if traced else iir.compiled_path(log_a, grad)
-    return _run(log_a, grad, compiled, a_const, transpose=True)
+    return _transposed(log_a, a, grad, compiled, a_const, False)
+
+
+def _transposed(log_a: torch.Tensor, a: torch.Tensor, grad: torch.Tensor, compiled: bool, a_const, transpose: bool):
+    """The transposed recurrence of a backward pass on ``grad``: recorded as a first-order scan (differentiable in
+    ``a`` and ``grad``) where the backward is differentiated, else the solver alone. A backward marked
+    ``once_differentiable`` lost the terms of a second derivative silently wherever the decays also entered the
+    result another way (``a * scan(x)``): torch wraps its outputs in an error only when its incoming gradient
+    requires grad."""
+    if torch.is_grad_enabled():
+        return _FirstOrderScan.apply(log_a, a, grad, compiled, a_const, not transpose)
+    return _run(log_a, grad, compiled, a_const, not transpose)
 
 
 def _decay_gradient(lam: torch.Tensor, h: torch.Tensor, shape: torch.Size, transpose: bool = False) -> torch.Tensor:
@@ -58,16 +71,15 @@ class _FirstOrderScan(torch.autograd.Function):
     @staticmethod
     def forward(ctx, log_a, a, X, compiled, a_const, transpose):
         h = _run(log_a, X, compiled, a_const, transpose)
-        ctx.save_for_backward(log_a, h)
-        ctx.a_shape, ctx.compiled, ctx.a_const, ctx.transpose = a.shape, compiled, a_const, transpose
+        ctx.save_for_backward(log_a, a, h)
+        ctx.compiled, ctx.a_const, ctx.transpose = compiled, a_const, transpose
         return h
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx, grad):
-        log_a, h = ctx.saved_tensors
-        lam = _run(log_a, grad, ctx.compiled, ctx.a_const, not ctx.transpose)
-        grad_a = _decay_gradient(lam, h, ctx.a_shape, ctx.transpose) if ctx.needs_input_grad[1] else None
+        log_a, a, h = ctx.saved_tensors
+        lam = _transposed(log_a, a, grad, ctx.compiled, ctx.a_const, ctx.transpose)
+        grad_a = _decay_gradient(lam, h, a.shape, ctx.transpose) if ctx.needs_input_grad[1] else None
         return None, grad_a, lam, None, None, None
 
 
@@ -75,17 +87,15 @@ class _DecayMatrix(torch.autograd.Function):
     @staticmethod
     def forward(ctx, log_a, a):
         L = decay_products(log_a)  # log_a[..., 0] never enters
-        ctx.save_for_backward(log_a, L)
-        ctx.a_shape = a.shape
+        ctx.save_for_backward(log_a, a, L)
         return L
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx, grad):
-        log_a, L = ctx.saved_tensors
+        log_a, a, L = ctx.saved_tensors
         if L.shape[-1] < 2:  # no decay enters a product
-            return None, torch.zeros(ctx.a_shape, dtype=L.dtype, device=L.device)
-        return None, _decay_gradient(_adjoint(log_a, grad.to(L.dtype)), L, ctx.a_shape)
+            return None, torch.zeros(a.shape, dtype=L.dtype, device=L.device)
+        return None, _decay_gradient(_adjoint(log_a, a, grad.to(L.dtype)), L, a.shape)
 
 
 def first_order_scan(log_a: torch.Tensor, X: torch.Tensor, decays: torch.Tensor | None = None,
