@@ -107,9 +107,10 @@ class Band(NamedTuple):
 def applies(G: Generators, X: torch.Tensor, solve: bool = False, transpose: bool = False,
             batch: torch.Size | None = None) -> bool:
     """Whether the banded path runs ``G`` with ``X (*, T, K)``: real CPU data, ``N <= MAX_ORDER``, at most
-    :data:`MAX_ROWS` systems, no gradient wanted, not while ``torch.compile`` traces; and, for products of the
-    transpose (no time blocks), a band that is kept (:func:`keeps`; a solve takes the band at any
-    length: the blocked solve costs ~10x more per step). ``batch``: ``G``'s batch shape where the caller knows it."""
+    :data:`MAX_ROWS` systems, no gradient wanted, not while ``torch.compile`` traces; for products, fewer columns
+    than the scans need to win (:func:`scans_win`) and, for those of the transpose (no time blocks), a band that is
+    kept (:func:`keeps`; a solve takes the band at any length: the blocked solve costs ~10x more per step).
+    ``batch``: ``G``'s batch shape where the caller knows it."""
     values, B = G.A.values, G.B
     if X.device.type != "cpu" or B.shape[-1] > MAX_ORDER or B.shape[-2] == 0 or X.shape[-1] == 0:
         return False
@@ -130,11 +131,9 @@ def scans_win(G: Generators, columns: int) -> bool:
     the band: :data:`SCAN_MIN_COLUMNS`, :data:`SCAN_DENSE_MIN_COLUMNS_N`, :data:`SCAN_MIN_WORK`,
     :data:`SCAN_MAX_WORK`."""
     N = G.B.shape[-1]
-    dense = G.A.kind == "dense"
-    work = G.B.shape[-2] * columns * N
-    wide = columns * N >= SCAN_DENSE_MIN_COLUMNS_N if dense else columns >= SCAN_MIN_COLUMNS
-    kind = "dense" if dense else "diag"
-    return wide and SCAN_MIN_WORK[kind] <= work <= SCAN_MAX_WORK[kind]
+    kind = "dense" if G.A.kind == "dense" else "diag"
+    wide = columns * N >= SCAN_DENSE_MIN_COLUMNS_N if kind == "dense" else columns >= SCAN_MIN_COLUMNS
+    return wide and SCAN_MIN_WORK[kind] <= G.B.shape[-2] * columns * N <= SCAN_MAX_WORK[kind]
 
 
 def _np(t: torch.Tensor) -> np.ndarray:
