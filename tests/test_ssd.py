@@ -168,8 +168,7 @@ def test_torch_backend_gradcheck():
     assert torch.autograd.gradcheck(f, args)
 
 
-# derandomize: the same examples in every run, so that CI does not draw the known miss below in one run of many
-@settings(max_examples=8, deadline=None, derandomize=True)
+@settings(max_examples=8, deadline=None)
 @given(st.integers(1, 70), st.sampled_from([(2, 1), (4, 2), (3, 3)]), st.sampled_from([16, 32]),
        st.sampled_from([0.0, 1e-30, 1.0, 60.0]))
 def test_triton_random_shapes_and_decays(l, hg, chunk, dt_scale):
@@ -186,17 +185,16 @@ def test_triton_random_shapes_and_decays(l, hg, chunk, dt_scale):
         assert out.abs().max() == 0
 
 
-@pytest.mark.xfail(strict=True, reason="known defect (session 16): at dt A near -370 the forward kernel's decays "
-                   "exp(lc_i - lc_j) come from block-local float32 cumulative sums and lose ~|lc| 2^-24; the two fixes "
-                   "tried (compensated and float64 sums) made the H100 forward 10-85% slower (benchmarks/NOTES_ssd.md)")
 def test_triton_forward_at_decays_near_minus_370():
-    """The example hypothesis drew in session 16 (the one miss of 288 points of the random test's space, every third
-    ``l``): relative error 1.2e-5 against the float64 recurrence, where the torch backend in float32 gives 6e-8."""
+    """The example hypothesis drew in session 16: the forward's decays ``exp(lc_i - lc_j)`` from float32 cumulative
+    sums lost ``~|lc| 2^-24`` (relative error 1.2e-5 on the CPU and the H100); from fp64 sums split into a float and
+    row and column factors (session 17) it is as accurate as the torch backend in float32 (6e-8)."""
     t = inputs(1, 64, 3, 5, 3, 7, seed=64)
     dt = t["dt"].abs() * 60.0
-    out = sm.ssd(t["x"], dt, t["A"], t["B"], t["C"], 32, backend="triton")
-    want, _ = reference(t["x"], dt, t["A"], t["B"], t["C"])
-    assert rel(out, want) < 1e-5
+    for chunk in (16, 32):
+        out = sm.ssd(t["x"], dt, t["A"], t["B"], t["C"], chunk, backend="triton")
+        want, _ = reference(t["x"], dt, t["A"], t["B"], t["C"])
+        assert rel(out, want) < 5e-7
 
 
 def test_ssd_equals_sma_form_with_oness():
