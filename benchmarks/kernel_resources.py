@@ -130,10 +130,10 @@ def rows(N_values=(64, 128), P=64, chunk=256):
         cases = [
             ("fwd", fwd.decay_fwd_kernel, k["FWD_WARPS"][N],
              dict(common, **feats, HAS_D=False, HAS_Z=False, HAS_INIT=False, SAVE_LO=True, WRITE_YPRE=False,
-                  **split("FWD_SPLIT"), **st)),
+                  **split("FWD_SPLIT"), **st, EXACT_DECAYS=False)),
             ("fwd (D, z, init, seq)", fwd.decay_fwd_kernel, k["FWD_WARPS"][N],
              dict(common, HAS_SCALE=True, HAS_SEQ=True, HAS_D=True, HAS_Z=True, HAS_INIT=True, SAVE_LO=True,
-                  WRITE_YPRE=True, **split("FWD_SPLIT"), **st)),
+                  WRITE_YPRE=True, **split("FWD_SPLIT"), **st, EXACT_DECAYS=False)),
             ("bwd chain", scan.decay_bwd_chain_kernel, k["CHAIN_WARPS"][N],
              dict(common, HAS_SEQ=False, HAS_DFINAL=True, WRITE_DINIT=False, **split("CHAIN_SPLIT"))),
             ("bwd dC", bwd.decay_bwd_dc_kernel, k["DC_WARPS"][N], dict(common, **feats, **order)),

@@ -22,8 +22,8 @@ Programs take their chunk from an atomic ticket, so a program only ever waits fo
 programs started before it: the look-back cannot deadlock whatever order the hardware schedules
 programs in (and under the interpreter, which runs programs one after the other, never waits).
 Every decay is ``exp`` of a sum of ``log_a <= 0`` over a segment, computed from block-local
-cumulative sums (in fp64, split into a float and row and column factors) or suffix sums. ``seq_idx``
-cuts every pair of positions in different sequences.
+cumulative sums (for fp32 inputs in fp64, split into a float and row and column factors) or suffix
+sums. ``seq_idx`` cuts every pair of positions in different sequences.
 """
 
 from __future__ import annotations
@@ -117,31 +117,39 @@ def _block_load(la_ptr, s_ptr, b, h, T, t0, sla_b, sla_t, sla_h, BM: tl.constexp
 
 
 @triton.jit
-def _block_from(la, s, seq_ptr, b, T, t0, BM: tl.constexpr, HAS_SEQ: tl.constexpr):
+def _block_from(la, s, seq_ptr, b, T, t0, BM: tl.constexpr, HAS_SEQ: tl.constexpr, EXACT: tl.constexpr):
     """Block-local decays of rows ``t0 .. t0 + BM - 1`` from their ``log_a``.
 
-    The inclusive cumulative log decay from the block start is summed in fp64 and kept as ``lc + lo``: ``lc`` its
+    With ``EXACT`` (fp32 inputs, :data:`~structmat.kernels.decay_triton_launch.EXACT_DECAY_DTYPES`), the inclusive
+    cumulative log decay from the block start is summed in fp64 and kept as ``lc + lo``: ``lc`` its
     fp32 rounding, in which every tile exponent ``lc_i - lc_j`` is a difference of two floats (exact where they are
     close), and ``lo`` the rest, which enters only as the row factor ``r_i = exp(lo_i)`` (the caller scales row ``i``
     of the output) and the column factor ``exp(-lo_j)`` (folded into ``s``): never a second term in a ``BM x BM``
-    tile, which costs 70% of the N = 128 forward (lab book, session 16). A float32 sum loses ``~|lc| 2^-24`` in every
-    short segment's exponent (relative error 1.2e-5 at dt A near -370).
+    tile, which costs 70% of the N = 128 forward (lab book, session 16). A float32 sum (without ``EXACT``: ``r = 1``)
+    loses ``~|lc| 2^-24`` in every short segment's exponent (relative error 1.2e-5 at dt A near -370).
 
     Returns ``t``, the row mask, ``lc``, ``r``, ``e_i = exp(lc_i)`` (entering state -> row ``i``, before ``r_i``),
     ``f_j`` (row ``j`` -> block end, times ``s_j`` the whole weight), ``dec`` (entering state -> block end), ``s``
     and the rows' sequence ids; with ``seq_idx``, ``e``/``f``/``dec`` are 0 across a sequence change."""
     t = t0 + tl.arange(0, BM)
     mt = t < T
-    lc64 = tl.cumsum(la.to(tl.float64), axis=0)
-    bt64 = tl.min(lc64, axis=0)  # lc is non-increasing: its last value, so bt - lc <= 0 exactly
-    lc = lc64.to(tl.float32)
-    bt = bt64.to(tl.float32)
-    r = tl.exp((lc64 - lc.to(tl.float64)).to(tl.float32))
-    r_end = tl.exp((bt64 - bt.to(tl.float64)).to(tl.float32))
-    s = s / r
+    if EXACT:
+        lc64 = tl.cumsum(la.to(tl.float64), axis=0)
+        bt64 = tl.min(lc64, axis=0)  # lc is non-increasing: its last value, so bt - lc <= 0 exactly
+        lc = lc64.to(tl.float32)
+        bt = bt64.to(tl.float32)
+        r = tl.exp((lc64 - lc.to(tl.float64)).to(tl.float32))
+        r_end = tl.exp((bt64 - bt.to(tl.float64)).to(tl.float32))
+        s = s / r
+        f = tl.exp(bt - lc) * r_end
+        dec = tl.exp(bt) * r_end
+    else:
+        lc = tl.cumsum(la, axis=0)
+        bt = tl.min(lc, axis=0)
+        r = s  # (unused)
+        f = tl.exp(bt - lc)
+        dec = tl.exp(bt)
     e = tl.exp(lc)
-    f = tl.exp(bt - lc) * r_end
-    dec = tl.exp(bt) * r_end
     if HAS_SEQ:
         sq = tl.load(seq_ptr + b * T + t, mask=mt, other=-1)
         prev = tl.load(seq_ptr + b * T + tl.minimum(tl.maximum(t0 - 1, 0), T - 1))
@@ -182,7 +190,7 @@ def decay_fwd_kernel(
     CHUNK: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
     HAS_SCALE: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_INIT: tl.constexpr,
     HAS_SEQ: tl.constexpr, SAVE_LO: tl.constexpr, WRITE_YPRE: tl.constexpr, PREC: tl.constexpr,
-    PS: tl.constexpr, SPLIT_STATE: tl.constexpr,
+    PS: tl.constexpr, SPLIT_STATE: tl.constexpr, EXACT_DECAYS: tl.constexpr,
 ):
     """One (chunk, batch, head, ``P / PS`` columns) per program, chunk taken from the ticket in ``sync_ptr[0]``.
 
@@ -280,7 +288,8 @@ def decay_fwd_kernel(
         la_b, s_b = la_n, s_n  # loaded one block ahead: off the critical path
         la_n, s_n = _block_load(la_ptr, s_ptr, b, h, T, c0 + tl.minimum(blk + 1, NBLK - 1) * BM, sla_b, sla_t,
                                 sla_h, BM, HAS_SCALE)
-        t, mt, lc, r, e, f, dec, s, sq = _block_from(la_b, s_b, seq_ptr, b, T, c0 + blk * BM, BM, HAS_SEQ)
+        t, mt, lc, r, e, f, dec, s, sq = _block_from(la_b, s_b, seq_ptr, b, T, c0 + blk * BM, BM, HAS_SEQ,
+                                                     EXACT_DECAYS)
         mask_tp = mt[:, None] & mask_p[None, :]
         xb = tl.load(x_base + t[:, None] * sx_t + offs_p[None, :] * sx_p, mask=mask_tp, other=0.0)
         Bb = tl.load(B_base + t[:, None] * sB_t + offs_n[None, :] * sB_n, mask=mt[:, None] & mask_n[None, :],
@@ -295,7 +304,8 @@ def decay_fwd_kernel(
         CB = tl.dot(Cb, tl.trans(Bb), input_precision=PREC)
         W = CB * _diag_decay(lc, sq, BM, HAS_SEQ, False) * s[None, :]
         acc += tl.dot(W.to(LO), xb.to(LO), input_precision=PREC)
-        acc = acc * r[:, None]
+        if EXACT_DECAYS:
+            acc = acc * r[:, None]
         if blk < NBLK - 1:
             S = S * dec + tl.dot(tl.trans(Bb), (xb.to(tl.float32) * (f * s)[:, None]).to(LO), input_precision=PREC)
         if HAS_D:

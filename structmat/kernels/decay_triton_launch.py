@@ -46,6 +46,11 @@ SPLIT_STATE = True
 GATE_ROWS = 64  # (t, h) rows per program of the elementwise gate backward
 # dC / dB programs launched heaviest block first (their work per block grows 1 : NBLK across a chunk)
 HEAVY_FIRST = True
+# Input dtypes whose forward sums each block's log decays in fp64 and applies the rest as row and column factors, so
+# that every decay is exact to fp32 at any dt A (float32 sums lose |lc| 2^-24 in each exponent: relative error 1.2e-5
+# in the output at dt A near -370). In bf16 / fp16 the output's own rounding (2^-9) is far above that, and the fp64
+# sums cost 0.3-3.8% of the forward (NOTES_ssd.md, session 17). The backward keeps float32 sums (docs/numerics.md).
+EXACT_DECAY_DTYPES = (torch.float32,)
 # The first forward that saves for a backward compiles the backward's kernels on this many threads beside its
 # own compile (a first forward+backward on a new shape was 11 s on an H100 host, 6 s of it the backward's
 # kernels compiled one after the other; LLVM and ptxas run outside the GIL).
@@ -180,7 +185,7 @@ def forward(x, log_a, B, C, scale, D, z, init, seq_idx, chunk, bm, warps, save, 
         CHUNK=chunk, BM=bm, BN=_pow2(N), BP=_pow2(P) // ps,
         HAS_SCALE=scale is not None, HAS_D=D is not None, HAS_Z=z is not None, HAS_INIT=init is not None,
         HAS_SEQ=seq_idx is not None, SAVE_LO=save, WRITE_YPRE=write_ypre, PREC=_precision(x.dtype), PS=ps,
-        SPLIT_STATE=SPLIT_STATE and x.dtype != torch.float32,
+        SPLIT_STATE=SPLIT_STATE and x.dtype != torch.float32, EXACT_DECAYS=x.dtype in EXACT_DECAY_DTYPES,
         num_warps=warps[0],
     )
     if debug:
