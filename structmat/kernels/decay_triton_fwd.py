@@ -146,7 +146,7 @@ def _block_from(la, s, seq_ptr, b, T, t0, BM: tl.constexpr, HAS_SEQ: tl.constexp
     else:
         lc = tl.cumsum(la, axis=0)
         bt = tl.min(lc, axis=0)
-        r = s  # (unused)
+        r = tl.full((BM,), 1.0, tl.float32)  # (no rest: unused)
         f = tl.exp(bt - lc)
         dec = tl.exp(bt)
     e = tl.exp(lc)
