@@ -62,7 +62,7 @@ def _load_kernels():
             pkg.__path__ = [os.path.join(ROOT, path)]
             sys.modules[name] = pkg
     mods = []
-    for leaf in ("decay_triton_fwd", "decay_triton_bwd", "decay_triton_bwd_scan"):
+    for leaf in ("decay_triton_fwd", "decay_triton_bwd", "decay_triton_bwd_dx", "decay_triton_bwd_scan"):
         name = f"structmat.kernels.{leaf}"
         if name not in sys.modules:
             spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "structmat/kernels", leaf + ".py"))
@@ -117,7 +117,7 @@ def signature_of(fn, constexprs):
 
 
 def rows(N_values=(64, 128), P=64, chunk=256):
-    fwd, bwd, scan = _load_kernels()
+    fwd, bwd, bwd_dx, scan = _load_kernels()
     k = _constants()
     bm = min(k["BLOCK_M"], chunk)
     out = []
@@ -127,6 +127,7 @@ def rows(N_values=(64, 128), P=64, chunk=256):
         split = lambda name: dict(BP=P // k[name][N], PS=k[name][N])  # noqa: E731
         st = dict(SPLIT_STATE=k["SPLIT_STATE"])
         order = dict(HEAVY_FIRST=k["HEAVY_FIRST"])
+        sums32 = dict(EXACT_DECAYS=False, cl_ptr=None)  # (bf16: float32 sums, the fp64 sums' rests absent)
         cases = [
             ("fwd", fwd.decay_fwd_kernel, k["FWD_WARPS"][N],
              dict(common, **feats, HAS_D=False, HAS_Z=False, HAS_INIT=False, SAVE_LO=True, WRITE_YPRE=False,
@@ -135,17 +136,18 @@ def rows(N_values=(64, 128), P=64, chunk=256):
              dict(common, HAS_SCALE=True, HAS_SEQ=True, HAS_D=True, HAS_Z=True, HAS_INIT=True, SAVE_LO=True,
                   WRITE_YPRE=True, **split("FWD_SPLIT"), **st, EXACT_DECAYS=False)),
             ("bwd chain", scan.decay_bwd_chain_kernel, k["CHAIN_WARPS"][N],
-             dict(common, HAS_SEQ=False, HAS_DFINAL=True, WRITE_DINIT=False, **split("CHAIN_SPLIT"))),
-            ("bwd dC", bwd.decay_bwd_dc_kernel, k["DC_WARPS"][N], dict(common, **feats, **order)),
+             dict(common, HAS_SEQ=False, HAS_DFINAL=True, WRITE_DINIT=False, **split("CHAIN_SPLIT"),
+                  **sums32)),
+            ("bwd dC", bwd.decay_bwd_dc_kernel, k["DC_WARPS"][N], dict(common, **feats, **order, **sums32)),
             ("bwd dC (seq)", bwd.decay_bwd_dc_kernel, k["DC_WARPS"][N], dict(common, HAS_SCALE=True, HAS_SEQ=True,
-                                                                             **order)),
-            ("bwd dB", bwd.decay_bwd_db_kernel, k["DB_WARPS"][N], dict(common, **feats, **order)),
+                                                                             **order, **sums32)),
+            ("bwd dB", bwd.decay_bwd_db_kernel, k["DB_WARPS"][N], dict(common, **feats, **order, **sums32)),
             ("bwd dB (seq)", bwd.decay_bwd_db_kernel, k["DB_WARPS"][N], dict(common, HAS_SCALE=True, HAS_SEQ=True,
-                                                                             **order)),
-            ("bwd dx", bwd.decay_bwd_dx_kernel, k["DX_WARPS"][N], dict(common, **feats, HAS_D=False,
-                                                                       **split("DX_SPLIT"), **st)),
-            ("bwd dx (D, seq)", bwd.decay_bwd_dx_kernel, k["DX_WARPS"][N], dict(common, HAS_SCALE=True, HAS_SEQ=True,
-                                                                                HAS_D=True, **split("DX_SPLIT"), **st)),
+                                                                             **order, **sums32)),
+            ("bwd dx", bwd_dx.decay_bwd_dx_kernel, k["DX_WARPS"][N],
+             dict(common, **feats, HAS_D=False, **split("DX_SPLIT"), **st, **sums32)),
+            ("bwd dx (D, seq)", bwd_dx.decay_bwd_dx_kernel, k["DX_WARPS"][N],
+             dict(common, HAS_SCALE=True, HAS_SEQ=True, HAS_D=True, **split("DX_SPLIT"), **st, **sums32)),
             ("bwd d log_a", scan.decay_bwd_dla_kernel, 1, dict(CHUNK=chunk, BM=bm, PS=k["CHAIN_SPLIT"][N])),
             ("gate bwd", scan.decay_gate_bwd_kernel, 4, dict(ROWS=k["GATE_ROWS"], BP=P)),
         ]
@@ -162,10 +164,10 @@ def launched_rows(N_values=(64, 128), P=64, chunk=256, b=2, T=2048, H=32) -> lis
     import torch
 
     sys.path.insert(0, ROOT)
-    from structmat.kernels import decay_triton_bwd, decay_triton_bwd_scan, decay_triton_fwd
+    from structmat.kernels import decay_triton_bwd, decay_triton_bwd_dx, decay_triton_bwd_scan, decay_triton_fwd
     from structmat.kernels.decay_triton import decay_chunked_triton
 
-    mods = (decay_triton_fwd, decay_triton_bwd, decay_triton_bwd_scan)
+    mods = (decay_triton_fwd, decay_triton_bwd, decay_triton_bwd_dx, decay_triton_bwd_scan)
     seen = {}
 
     class Recording:  # the kernel object with each launch's compiled kernel kept

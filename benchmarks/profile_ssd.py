@@ -46,18 +46,21 @@ def stages(x, la, s, B, C, chunk, bm, knobs):
     dt._await_compiles(x.device)
     buf = dt._Buffers()
     dy = torch.randn_like(x)
-    glo, _, cs, jump = dt._launch_chain(dy, None, la, C, None, slo, False, chunk, bm, knobs[1], knobs[6], buf)
+    exact = x.dtype in dt.EXACT_DECAY_DTYPES
+    glo, _, cs, cl, jump = dt._launch_chain(dy, None, la, C, None, slo, False, exact, chunk, bm, knobs[1], knobs[6],
+                                            buf)
     s_ht = s.transpose(1, 2).contiguous()
     b, T, H, _ = x.shape
     rpart = torch.empty(chunk // bm + 2, b, H, T, device=x.device)
     group = dt._launch_group_grad
-    common = (x, dy, cs, s_ht, B, C, None)
+    common = (x, dy, cs, cl, s_ht, B, C, None)
     return {
         "fwd": lambda: dt.forward(x, la, B, C, s, None, None, None, None, chunk, bm, knobs, True),
-        "chain": lambda: dt._launch_chain(dy, None, la, C, None, slo, False, chunk, bm, knobs[1], knobs[6], buf),
+        "chain": lambda: dt._launch_chain(dy, None, la, C, None, slo, False, exact, chunk, bm, knobs[1], knobs[6],
+                                          buf),
         "dc": lambda: group(dt._bwd.decay_bwd_dc_kernel, C, *common, slo, rpart, chunk, bm, knobs[2], buf),
         "db": lambda: group(dt._bwd.decay_bwd_db_kernel, B, *common, glo, rpart, chunk, bm, knobs[3], buf),
-        "dx": lambda: dt._launch_dx(x, dy, cs, s_ht, B, C, None, None, glo, chunk, bm, knobs[4], knobs[7], buf),
+        "dx": lambda: dt._launch_dx(x, dy, cs, cl, s_ht, B, C, None, None, glo, chunk, bm, knobs[4], knobs[7], buf),
         "dla": lambda: dt._launch_dla(rpart, jump, T, chunk, bm, buf),
     }
 

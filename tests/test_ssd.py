@@ -197,6 +197,27 @@ def test_triton_forward_at_decays_near_minus_370():
         assert rel(out, want) < 5e-7
 
 
+@pytest.mark.parametrize("l, chunk, scale", [(300, 256, 20.0), (300, 256, 400.0), (300, 128, 290.0)])
+def test_triton_backward_at_strong_decays(l, chunk, scale):
+    """The backward's decays ``exp(cs_i - cs_j)`` from chunk-level cumulative sums (``|cs|`` up to ``chunk x |dt A|``):
+    float32 sums lost ``|cs| 2^-24`` in each exponent (float32 inputs: ``ddt`` 4e-5 to 4e-4, ``dA`` 1.5e-4 to 2e-3
+    relative on these cases); fp64 sums split into a float and a rest (session 18) leave every gradient within 2e-6
+    of float64, as the torch backend (1e-7 to 9e-7)."""
+    t = inputs(1, l, 2, 5, 1, 7, seed=l)
+    t["dt"] = t["dt"].abs() * scale
+    names = ("x", "dt", "A", "B", "C")
+    leaves = {k: t[k].clone().requires_grad_() for k in names}
+    refs = {k: t[k].detach().to(F64).requires_grad_() for k in names}
+    out = sm.ssd(*(leaves[k] for k in names), chunk, backend="triton")
+    want, _ = reference(*(refs[k] for k in names))
+    gy = torch.randn(out.shape, generator=torch.Generator().manual_seed(l), dtype=F64)
+    out.backward(gy.to(out))
+    want.backward(gy.to(want))
+    assert rel(out, want) < 5e-7
+    for k in names:
+        assert rel(leaves[k].grad, refs[k].grad) < 2e-6, k
+
+
 def test_ssd_equals_sma_form_with_oness():
     """With dt processed, ssd is sum_s L[t,s] (C_t . B_s) dt_s x_s with L = OneSS(dt A)."""
     t = inputs(1, 20, 2, 3, 1, 4, seed=6, dtype=F64, device="cpu")

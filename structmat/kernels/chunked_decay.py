@@ -21,7 +21,7 @@ from structmat.kernels.availability import triton_installed
 from structmat.kernels.decay_torch import decay_chunked_torch
 
 __all__ = ["chunked_decay", "triton_applies", "triton_supports", "decays_at_most_one", "states_after", "torch_chunk",
-           "BACKENDS", "TORCH_CHUNK"]
+           "BACKENDS", "TORCH_CHUNK", "FP32_TILE_LIMITS"]
 
 BACKENDS = ("auto", "torch", "triton")
 
@@ -33,10 +33,18 @@ BACKENDS = ("auto", "torch", "triton")
 TORCH_CHUNK = {"cpu": 64, "cuda": 256}
 
 
+#: Largest state size ``N`` and head size ``P`` of float32 inputs whose tiles fit an H100's shared memory together:
+#: at ``N = 256`` with ``P > 64`` the kernels' launch raises ``OutOfResources`` (NOTES_ssd.md, session 18).
+FP32_TILE_LIMITS = ((256, 64), (128, 256))
+
+
 def triton_supports(x: torch.Tensor, B: torch.Tensor, C: torch.Tensor) -> bool:
-    """CUDA tensors with real data and Triton installed: what the kernels need apart from the decays
-    (nothing is read from the data)."""
-    return x.is_cuda and not any(t.is_complex() for t in (x, B, C)) and triton_installed()
+    """CUDA tensors with real data and Triton installed, tiles that fit (:data:`FP32_TILE_LIMITS`): what the kernels
+    need apart from the decays (nothing is read from the data)."""
+    if not (x.is_cuda and not any(t.is_complex() for t in (x, B, C)) and triton_installed()):
+        return False
+    N, P = B.shape[-1], x.shape[-1]
+    return x.dtype != torch.float32 or any(N <= n and P <= p for n, p in FP32_TILE_LIMITS)
 
 
 def torch_chunk(chunk_size: int | None, device: torch.device) -> int:

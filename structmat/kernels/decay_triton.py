@@ -10,7 +10,7 @@ The reference is :func:`structmat.kernels.decay_naive.decay_naive`; the Mamba-2 
 case ``log_a = dt A``, ``scale = dt``, and structured masked attention with a 1-SS mask the case
 ``scale = None``.
 
-Kernels (``decay_triton_fwd``, ``decay_triton_bwd``, ``decay_triton_bwd_scan``; launched by
+Kernels (``decay_triton_fwd``, ``decay_triton_bwd``, ``decay_triton_bwd_dx``, ``decay_triton_bwd_scan``; launched by
 ``decay_triton_launch``): one fused forward (chunk states, a decoupled look-back across chunks,
 outputs); backward: the adjoint states by the same look-back run
 backwards, ``dB``/``dC`` per (chunk, block, group) summed over heads in registers, and ``dx``,
@@ -197,7 +197,8 @@ def decay_chunked_triton(x, log_a, B, C, *, scale=None, D=None, z=None, initial_
     float32 ``(batch, H, P, N)``. Gradients reach ``x, log_a, B, C, scale, D, z, initial_state``.
     """
     _check(x, log_a, B, C, scale, D, z, initial_state, seq_idx, chunk_size)
-    bm, warps, debug = resolve(config, chunk_size, B.shape[3])
+    # (the kernels run in x's dtype; the interpreter's in float32, below)
+    bm, warps, debug = resolve(config, chunk_size, B.shape[3], x.dtype if x.is_cuda else torch.float32)
     if not x.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":  # (else triton's own error: "0 active drivers")
         raise ValueError("the Triton kernels need CUDA tensors (or TRITON_INTERPRET=1 for CPU tensors); "
                          "use backend='torch' on the CPU")

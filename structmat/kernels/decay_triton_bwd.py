@@ -18,8 +18,8 @@ Kernels, in launch order (blocks of ``BM`` rows inside a chunk):
   ``e f^T`` off the diagonal), then one product with ``B`` (or ``C``) per group, ``M`` in two 16-bit
   parts; the state terms per head; the row (dC) and column (dB) sums of ``V`` for ``d log_a``. A
   block's work grows (dC) or shrinks (dB) with its index: the heaviest blocks launch first.
-* :func:`decay_bwd_dx_kernel` -- one (chunk, batch, head) per program, blocks from the last to the
-  first with the adjoint state in fp32 registers from ``G_c``: ``du``, hence ``dx`` and ``d scale``.
+* ``decay_triton_bwd_dx``'s ``decay_bwd_dx_kernel`` -- one (chunk, batch, head) per program, blocks from the last
+  to the first with the adjoint state in fp32 registers from ``G_c``: ``du``, hence ``dx`` and ``d scale``.
 * ``decay_triton_bwd_scan``'s ``decay_bwd_dla_kernel`` (``d log_a`` from the straddle sums of the two group
   kernels) and ``decay_gate_bwd_kernel`` (with ``z``: ``dy = dout silu(z)``, ``dz = dout y_pre silu'(z)``).
 """
@@ -33,16 +33,15 @@ from structmat.kernels.decay_triton_tiles import (
     block_order,
     diag_mask,
     dot_two_parts,
-    dx_vectors,
+    head_rests,
     head_vectors,
-    seq_at,
     seq_keep,
 )
 
 
 @triton.jit
 def decay_bwd_dc_kernel(
-    x_ptr, dy_ptr, cs_ptr, s_ptr, B_ptr, C_ptr, seq_ptr, slo_ptr,
+    x_ptr, dy_ptr, cs_ptr, cl_ptr, s_ptr, B_ptr, C_ptr, seq_ptr, slo_ptr,
     dC_ptr, rpart_ptr,
     T, H, HPG, G, NB, NC, P, N,
     sx_b, sx_t, sx_h, sx_p,
@@ -51,6 +50,7 @@ def decay_bwd_dc_kernel(
     sC_b, sC_t, sC_g, sC_n,
     CHUNK: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
     HAS_SCALE: tl.constexpr, HAS_SEQ: tl.constexpr, PREC: tl.constexpr, HEAVY_FIRST: tl.constexpr,
+    EXACT_DECAYS: tl.constexpr,
 ):
     """``dC`` of the rows of block ``K`` of chunk ``c`` (axis 0) for a (batch, group) (axis 1):
     ``sum_h [sum_{j <= i in chunk} decay (dy_i . u_j) B_j + exp(cs_i) h_c^T dy_i]``.
@@ -93,11 +93,17 @@ def decay_bwd_dc_kernel(
         M = tl.zeros((BM, BM), dtype=tl.float32)
         refpos = tl.minimum(K0 - 1, T - 1)
         csK_n, csJ_n, ref_n, sJ_n = head_vectors(cs_ptr, s_ptr, b, H, h0, T, tK, mK, tJ, mJ, refpos, HAS_SCALE)
+        if EXACT_DECAYS:
+            clK_n, clJ_n, clr_n = head_rests(cl_ptr, b, H, h0, T, tK, mK, tJ, mJ, refpos)
         for hh in range(HPG):
             h = h0 + hh
             csK, csJ, ref, sJ = csK_n, csJ_n, ref_n, sJ_n  # loaded one head ahead: off the critical path
             csK_n, csJ_n, ref_n, sJ_n = head_vectors(cs_ptr, s_ptr, b, H, h0 + tl.minimum(hh + 1, HPG - 1), T, tK,
                                                       mK, tJ, mJ, refpos, HAS_SCALE)
+            if EXACT_DECAYS:
+                clK, clJ, clr = clK_n, clJ_n, clr_n
+                clK_n, clJ_n, clr_n = head_rests(cl_ptr, b, H, h0 + tl.minimum(hh + 1, HPG - 1), T, tK, mK, tJ, mJ,
+                                                 refpos)
             dyK = tl.load(dy_ptr + b * sdy_b + h * sdy_h + tK[:, None] * sdy_t + offs_p[None, :] * sdy_p,
                           mask=mask_Kp, other=0.0).to(LO)
             xJ = tl.load(x_ptr + b * sx_b + h * sx_h + tJ[:, None] * sx_t + offs_p[None, :] * sx_p,
@@ -105,8 +111,12 @@ def decay_bwd_dc_kernel(
             if not HAS_SCALE:
                 sJ = keepJ
             W = tl.dot(dyK, tl.trans(xJ), input_precision=PREC)
-            e = tl.exp(tl.minimum(csK - ref, 0.0)) * keepK
-            f = tl.exp(tl.minimum(ref - csJ, 0.0)) * (sJ * keepJ)
+            if EXACT_DECAYS:
+                e = tl.exp(tl.minimum((csK - ref) + (clK - clr), 0.0)) * keepK
+                f = tl.exp(tl.minimum((ref - csJ) + (clr - clJ), 0.0)) * (sJ * keepJ)
+            else:
+                e = tl.exp(tl.minimum(csK - ref, 0.0)) * keepK
+                f = tl.exp(tl.minimum(ref - csJ, 0.0)) * (sJ * keepJ)
             Ws = W * e[:, None] * f[None, :]
             M += Ws
             tl.store(rpart_ptr + ((J * NB + b) * H + h) * T + tK, tl.sum(CB * Ws, axis=1), mask=mK)
@@ -124,11 +134,16 @@ def decay_bwd_dc_kernel(
     st_mask = mask_p[:, None] & mask_n[None, :]
     M = tl.zeros((BM, BM), dtype=tl.float32)
     csK_n, _u1, _u2, sK_n = head_vectors(cs_ptr, s_ptr, b, H, h0, T, tK, mK, tK, mK, 0, HAS_SCALE)
+    if EXACT_DECAYS:
+        clK_n, _u3, _u4 = head_rests(cl_ptr, b, H, h0, T, tK, mK, tK, mK, 0)
     for hh in range(HPG):
         h = h0 + hh
         csK, sK = csK_n, sK_n
         csK_n, _u1, _u2, sK_n = head_vectors(cs_ptr, s_ptr, b, H, h0 + tl.minimum(hh + 1, HPG - 1), T, tK, mK, tK,
                                               mK, 0, HAS_SCALE)
+        if EXACT_DECAYS:
+            clK = clK_n
+            clK_n, _u3, _u4 = head_rests(cl_ptr, b, H, h0 + tl.minimum(hh + 1, HPG - 1), T, tK, mK, tK, mK, 0)
         if not HAS_SCALE:
             sK = tl.where(mK, 1.0, 0.0)
         dyK = tl.load(dy_ptr + b * sdy_b + h * sdy_h + tK[:, None] * sdy_t + offs_p[None, :] * sdy_p,
@@ -137,12 +152,20 @@ def decay_bwd_dc_kernel(
                      mask=mask_Kp, other=0.0).to(LO)
         hc = tl.load(slo_ptr + ((b * (NC + 1) + c) * H + h) * PN + st_off, mask=st_mask, other=0.0).to(LO)
         W = tl.dot(dyK, tl.trans(xK), input_precision=PREC)
-        Ws = W * tl.where(keep, tl.exp(tl.minimum(csK[:, None] - csK[None, :], 0.0)), 0.0) * sK[None, :]
+        if EXACT_DECAYS:  # the rests as row and column factors: no second term in the tile
+            rK = tl.exp(clK)
+            Ws = W * rK[:, None] * tl.where(keep, tl.exp(tl.minimum(csK[:, None] - csK[None, :], 0.0)), 0.0) \
+                * (sK / rK)[None, :]
+        else:
+            Ws = W * tl.where(keep, tl.exp(tl.minimum(csK[:, None] - csK[None, :], 0.0)), 0.0) * sK[None, :]
         M += Ws
         V = tl.where(strict, CB * Ws, 0.0)  # the pairs j < i (the diagonal straddles nothing)
         V = tl.cumsum(V, axis=1) - V  # [i, k] = sum_{j < k} V_ij
         tl.store(rpart_ptr + ((K * NB + b) * H + h) * T + tK, tl.sum(tl.where(lower, V, 0.0), axis=0), mask=mK)
-        dCs = tl.dot(dyK, hc, input_precision=PREC) * (tl.exp(tl.minimum(csK, 0.0)) * keepc)[:, None]
+        if EXACT_DECAYS:
+            dCs = tl.dot(dyK, hc, input_precision=PREC) * (tl.exp(tl.minimum(csK, 0.0)) * rK * keepc)[:, None]
+        else:
+            dCs = tl.dot(dyK, hc, input_precision=PREC) * (tl.exp(tl.minimum(csK, 0.0)) * keepc)[:, None]
         accC += dCs
         tl.store(rpart_ptr + ((NBLK * NB + b) * H + h) * T + tK, tl.sum(dCs * CK.to(tl.float32), axis=1), mask=mK)
     accC = dot_two_parts(accC, M, BK, LO, PREC)
@@ -152,7 +175,7 @@ def decay_bwd_dc_kernel(
 
 @triton.jit
 def decay_bwd_db_kernel(
-    x_ptr, dy_ptr, cs_ptr, s_ptr, B_ptr, C_ptr, seq_ptr, glo_ptr,
+    x_ptr, dy_ptr, cs_ptr, cl_ptr, s_ptr, B_ptr, C_ptr, seq_ptr, glo_ptr,
     dB_ptr, rpart_ptr,
     T, H, HPG, G, NB, NC, P, N,
     sx_b, sx_t, sx_h, sx_p,
@@ -161,6 +184,7 @@ def decay_bwd_db_kernel(
     sC_b, sC_t, sC_g, sC_n,
     CHUNK: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
     HAS_SCALE: tl.constexpr, HAS_SEQ: tl.constexpr, PREC: tl.constexpr, HEAVY_FIRST: tl.constexpr,
+    EXACT_DECAYS: tl.constexpr,
 ):
     """``dB`` of the rows of block ``K`` of chunk ``c`` (axis 0) for a (batch, group) (axis 1):
     ``sum_h s_j [sum_{i >= j in chunk} decay (dy_i . x_j) C_i + exp(cs_end - cs_j) G_c x_j]``.
@@ -203,11 +227,17 @@ def decay_bwd_db_kernel(
         Mt = tl.zeros((BM, BM), dtype=tl.float32)
         refpos = tl.minimum(I0 - 1, T - 1)
         csI_n, csK_n, ref_n, sK_n = head_vectors(cs_ptr, s_ptr, b, H, h0, T, tI, mI, tK, mK, refpos, HAS_SCALE)
+        if EXACT_DECAYS:
+            clI_n, clK_n, clr_n = head_rests(cl_ptr, b, H, h0, T, tI, mI, tK, mK, refpos)
         for hh in range(HPG):
             h = h0 + hh
             csI, csK, ref, sK = csI_n, csK_n, ref_n, sK_n
             csI_n, csK_n, ref_n, sK_n = head_vectors(cs_ptr, s_ptr, b, H, h0 + tl.minimum(hh + 1, HPG - 1), T, tI,
                                                       mI, tK, mK, refpos, HAS_SCALE)
+            if EXACT_DECAYS:
+                clI, clK, clr = clI_n, clK_n, clr_n
+                clI_n, clK_n, clr_n = head_rests(cl_ptr, b, H, h0 + tl.minimum(hh + 1, HPG - 1), T, tI, mI, tK, mK,
+                                                 refpos)
             xK = tl.load(x_ptr + b * sx_b + h * sx_h + tK[:, None] * sx_t + offs_p[None, :] * sx_p,
                          mask=mask_Kp, other=0.0).to(LO)
             dyI = tl.load(dy_ptr + b * sdy_b + h * sdy_h + tI[:, None] * sdy_t + offs_p[None, :] * sdy_p,
@@ -215,8 +245,12 @@ def decay_bwd_db_kernel(
             if not HAS_SCALE:
                 sK = keepK
             Wt = tl.dot(xK, tl.trans(dyI), input_precision=PREC)
-            f = tl.exp(tl.minimum(ref - csK, 0.0)) * (sK * keepK)
-            e = tl.exp(tl.minimum(csI - ref, 0.0)) * keepI
+            if EXACT_DECAYS:
+                f = tl.exp(tl.minimum((ref - csK) + (clr - clK), 0.0)) * (sK * keepK)
+                e = tl.exp(tl.minimum((csI - ref) + (clI - clr), 0.0)) * keepI
+            else:
+                f = tl.exp(tl.minimum(ref - csK, 0.0)) * (sK * keepK)
+                e = tl.exp(tl.minimum(csI - ref, 0.0)) * keepI
             Ws = Wt * f[:, None] * e[None, :]
             Mt += Ws
             tl.store(rpart_ptr + ((I * NB + b) * H + h) * T + tK, tl.sum(CBt * Ws, axis=1), mask=mK)
@@ -232,11 +266,17 @@ def decay_bwd_db_kernel(
     st_mask = mask_p[:, None] & mask_n[None, :]
     Mt = tl.zeros((BM, BM), dtype=tl.float32)
     csK_n, _u1, tot_n, sK_n = head_vectors(cs_ptr, s_ptr, b, H, h0, T, tK, mK, tK, mK, chunk_last, HAS_SCALE)
+    if EXACT_DECAYS:
+        clK_n, _u2, cltot_n = head_rests(cl_ptr, b, H, h0, T, tK, mK, tK, mK, chunk_last)
     for hh in range(HPG):
         h = h0 + hh
         csK, total, sK = csK_n, tot_n, sK_n
         csK_n, _u1, tot_n, sK_n = head_vectors(cs_ptr, s_ptr, b, H, h0 + tl.minimum(hh + 1, HPG - 1), T, tK, mK,
                                                 tK, mK, chunk_last, HAS_SCALE)
+        if EXACT_DECAYS:
+            clK, cltot = clK_n, cltot_n
+            clK_n, _u2, cltot_n = head_rests(cl_ptr, b, H, h0 + tl.minimum(hh + 1, HPG - 1), T, tK, mK, tK, mK,
+                                             chunk_last)
         if not HAS_SCALE:
             sK = tl.where(mK, 1.0, 0.0)
         xK = tl.load(x_ptr + b * sx_b + h * sx_h + tK[:, None] * sx_t + offs_p[None, :] * sx_p,
@@ -245,102 +285,18 @@ def decay_bwd_db_kernel(
                       mask=mask_Kp, other=0.0).to(LO)
         Gc = tl.load(glo_ptr + ((b * NC + c) * H + h) * PN + st_off, mask=st_mask, other=0.0).to(LO)
         Wt = tl.dot(xK, tl.trans(dyK), input_precision=PREC)
-        Mt += Wt * tl.where(keep_t, tl.exp(tl.minimum(csK[None, :] - csK[:, None], 0.0)), 0.0) * sK[:, None]
-        dBs = tl.dot(xK, Gc, input_precision=PREC) * (tl.exp(tl.minimum(total - csK, 0.0)) * sK * keepc)[:, None]
+        if EXACT_DECAYS:  # [j, i]: the rests as row and column factors
+            rK = tl.exp(clK)
+            Mt += Wt * rK[None, :] * tl.where(keep_t, tl.exp(tl.minimum(csK[None, :] - csK[:, None], 0.0)), 0.0) \
+                * (sK / rK)[:, None]
+            dBs = tl.dot(xK, Gc, input_precision=PREC) \
+                * (tl.exp(tl.minimum((total - csK) + (cltot - clK), 0.0)) * sK * keepc)[:, None]
+        else:
+            Mt += Wt * tl.where(keep_t, tl.exp(tl.minimum(csK[None, :] - csK[:, None], 0.0)), 0.0) * sK[:, None]
+            dBs = tl.dot(xK, Gc, input_precision=PREC) * (tl.exp(tl.minimum(total - csK, 0.0)) * sK * keepc)[:, None]
         accB += dBs
         tl.store(rpart_ptr + (((NBLK + 1) * NB + b) * H + h) * T + tK, tl.sum(dBs * BK.to(tl.float32), axis=1),
                  mask=mK)
     accB = dot_two_parts(accB, Mt, CK, LO, PREC)
     tl.store(dB_ptr + ((b * T + tK[:, None]) * G + g) * N + offs_n[None, :], accB.to(dB_ptr.dtype.element_ty),
              mask=mK[:, None] & mask_n[None, :])
-
-
-@triton.jit
-def decay_bwd_dx_kernel(
-    x_ptr, dy_ptr, cs_ptr, s_ptr, B_ptr, C_ptr, D_ptr, seq_ptr, glo_ptr,
-    dx_ptr, ds_ptr, dDp_ptr,
-    T, H, HPG, NC, P, N,
-    sx_b, sx_t, sx_h, sx_p,
-    sdy_b, sdy_t, sdy_h, sdy_p,
-    sB_b, sB_t, sB_g, sB_n,
-    sC_b, sC_t, sC_g, sC_n,
-    sD_h, sD_p,
-    CHUNK: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
-    HAS_SCALE: tl.constexpr, HAS_D: tl.constexpr, HAS_SEQ: tl.constexpr, PREC: tl.constexpr,
-    PS: tl.constexpr, SPLIT_STATE: tl.constexpr,
-):
-    """``dx = s du (+ D dy)`` and ``d scale = x . du`` of chunk ``c`` (axis 0) for a (batch, head,
-    ``P / PS`` columns) (axis 1), ``du_j = sum_{i >= j in chunk} decay (C_i . B_j) dy_i +
-    exp(cs_end - cs_j) G_c B_j``; ``d scale`` and ``sum dy o x`` (for ``dD``) as partials over the columns."""
-    NBLK: tl.constexpr = CHUNK // BM
-    LO = x_ptr.dtype.element_ty
-    c = tl.program_id(0)
-    bh = tl.program_id(1) // PS
-    half = tl.program_id(1) % PS
-    b = (bh // H).to(tl.int64)
-    h = bh % H
-    g = h // HPG
-    PN = P * N
-    idx = tl.arange(0, BM)
-    offs_n = tl.arange(0, BN)
-    offs_p = half * BP + tl.arange(0, BP)
-    mask_n = offs_n < N
-    mask_p = offs_p < P
-    c0 = c * CHUNK
-    x_base = x_ptr + b * sx_b + h * sx_h
-    dy_base = dy_ptr + b * sdy_b + h * sdy_h
-    B_base = B_ptr + b * sB_b + g * sB_g
-    C_base = C_ptr + b * sC_b + g * sC_g
-    cs_row = cs_ptr + (b * H + h) * T
-    R = tl.load(glo_ptr + ((b * NC + c) * H + h) * PN + offs_n[:, None] + offs_p[None, :] * N,
-                mask=mask_n[:, None] & mask_p[None, :], other=0.0).to(tl.float32)
-    dD = tl.zeros((BP,), dtype=tl.float32)
-    end = tl.load(cs_row + tl.minimum(c0 + CHUNK, T) - 1)  # cs at the end of the block being processed
-    t0n = c0 + (NBLK - 1) * BM
-    cs_n, s_n, start_n = dx_vectors(cs_row, s_ptr + (b * H + h) * T, t0n, T, t0n > c0, BM, HAS_SCALE)
-    for i in range(NBLK):
-        blk = NBLK - 1 - i
-        t0 = c0 + blk * BM
-        t = t0 + idx
-        mt = t < T
-        mask_tp = mt[:, None] & mask_p[None, :]
-        mask_tn = mt[:, None] & mask_n[None, :]
-        cs, s, start = cs_n, s_n, start_n  # loaded one block ahead: off the critical path
-        t0n = c0 + tl.maximum(blk - 1, 0) * BM
-        cs_n, s_n, start_n = dx_vectors(cs_row, s_ptr + (b * H + h) * T, t0n, T, t0n > c0, BM, HAS_SCALE)
-        end = tl.minimum(end, start)  # a block wholly past T: no decay
-        keep_end = seq_keep(seq_ptr, b, T, t, t0 + BM - 1, HAS_SEQ)
-        keep_start = seq_keep(seq_ptr, b, T, t, t0 - 1, HAS_SEQ)
-        xb = tl.load(x_base + t[:, None] * sx_t + offs_p[None, :] * sx_p, mask=mask_tp, other=0.0)
-        dyb = tl.load(dy_base + t[:, None] * sdy_t + offs_p[None, :] * sdy_p, mask=mask_tp, other=0.0).to(LO)
-        Bb = tl.load(B_base + t[:, None] * sB_t + offs_n[None, :] * sB_n, mask=mask_tn, other=0.0).to(LO)
-        Cb = tl.load(C_base + t[:, None] * sC_t + offs_n[None, :] * sC_n, mask=mask_tn, other=0.0).to(LO)
-        f = tl.exp(tl.minimum(end - cs, 0.0)) * keep_end
-        R_hi = R.to(LO)  # the adjoint state in two 16-bit parts, as in the forward's C S
-        du = tl.dot(Bb, R_hi, input_precision=PREC)
-        if SPLIT_STATE:
-            du = tl.dot(Bb, (R - R_hi.to(tl.float32)).to(LO), du, input_precision=PREC)
-        du = du * f[:, None]  # pairs with i after the block
-        CBt = tl.dot(Bb, tl.trans(Cb), input_precision=PREC)  # [j, i] = C_i . B_j
-        keep_t = tl.trans(diag_mask(seq_ptr, b, T, t, BM, HAS_SEQ))
-        A = CBt * tl.where(keep_t, tl.exp(tl.minimum(cs[None, :] - cs[:, None], 0.0)), 0.0)
-        du += tl.dot(A.to(LO), dyb, input_precision=PREC)
-        xf = xb.to(tl.float32)
-        dx = du * s[:, None]
-        if HAS_D:
-            Dv = tl.load(D_ptr + h * sD_h + offs_p * sD_p, mask=mask_p, other=0.0).to(tl.float32)
-            dx += Dv[None, :] * dyb.to(tl.float32)
-            dD += tl.sum(dyb.to(tl.float32) * xf, axis=0)
-        tl.store(dx_ptr + ((b * T + t[:, None]) * H + h) * P + offs_p[None, :], dx.to(dx_ptr.dtype.element_ty),
-                 mask=mask_tp)
-        if HAS_SCALE:
-            tl.store(ds_ptr + ((half * (tl.num_programs(1) // (H * PS)) + b) * H + h) * T + t, tl.sum(xf * du, axis=1),
-                     mask=mt)
-        dec = tl.exp(tl.minimum(end - start, 0.0))
-        if HAS_SEQ:  # the state entering the block reaches its end only within one sequence
-            dec = tl.where(seq_at(seq_ptr, b, T, t0 - 1) == seq_at(seq_ptr, b, T, t0 + BM - 1), dec, 0.0)
-        e = tl.exp(tl.minimum(cs - start, 0.0)) * keep_start
-        R = R * dec + tl.dot(tl.trans((Cb.to(tl.float32) * e[:, None]).to(LO)), dyb, input_precision=PREC)
-        end = start
-    if HAS_D:
-        tl.store(dDp_ptr + ((b * NC + c) * H + h) * P + offs_p, dD, mask=mask_p)

@@ -14,7 +14,7 @@ from structmat.kernels.decay_triton_fwd import _lookback, _publish
 @triton.jit
 def decay_bwd_chain_kernel(
     dy_ptr, la_ptr, C_ptr, seq_ptr, dfinal_ptr, slo_ptr,
-    glo_ptr, dinit_ptr, cs_ptr, jump_ptr, g32_ptr, agg_ptr, adec_ptr, sync_ptr,
+    glo_ptr, dinit_ptr, cs_ptr, cl_ptr, jump_ptr, g32_ptr, agg_ptr, adec_ptr, sync_ptr,
     T, H, HPG, NC, BH, P, N,
     sla_b, sla_t, sla_h,
     sdy_b, sdy_t, sdy_h, sdy_p,
@@ -22,12 +22,13 @@ def decay_bwd_chain_kernel(
     sf_b, sf_h, sf_p, sf_n,
     CHUNK: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
     HAS_SEQ: tl.constexpr, HAS_DFINAL: tl.constexpr, WRITE_DINIT: tl.constexpr, PREC: tl.constexpr,
-    PS: tl.constexpr,
+    PS: tl.constexpr, EXACT_DECAYS: tl.constexpr,
 ):
     """One (chunk, batch, head, ``P / PS`` columns) per program, from the last chunk down.
 
-    Writes ``glo[b, c, h] = G_c`` (input dtype, ``(P, N)``), ``dinit = dh_0`` (fp32), ``cs[b, h, t]``
-    and ``jump[b, c, h, half] = a_c <G_c, h_c>`` over this program's columns. ``g32[b, c - 1, h] = dh_c``
+    Writes ``glo[b, c, h] = G_c`` (input dtype, ``(P, N)``), ``dinit = dh_0`` (fp32), ``cs[b, h, t]`` (with
+    ``EXACT_DECAYS`` summed in fp64: ``cs`` its fp32 rounding, ``cl[b, h, t]`` the rest) and
+    ``jump[b, c, h, half] = a_c <G_c, h_c>`` over this program's columns. ``g32[b, c - 1, h] = dh_c``
     (fp32) and ``agg``/``adec`` (``Lambda_c = sum_i exp(cs_i) C_i dy_i^T``, ``a_c``) serve the look-back."""
     NBLK: tl.constexpr = CHUNK // BM
     LO = glo_ptr.dtype.element_ty
@@ -58,15 +59,29 @@ def decay_bwd_chain_kernel(
 
     # Lambda_c from the chunk's rows (chunk-local cumulative decays, kept for the kernels after this one)
     R = tl.zeros((BN, BP), dtype=tl.float32)
-    carry = tl.zeros((), dtype=tl.float32)
+    if EXACT_DECAYS:
+        carry = tl.zeros((), dtype=tl.float64)
+    else:
+        carry = tl.zeros((), dtype=tl.float32)
     for blk in range(NBLK):
         t = c0 + blk * BM + tl.arange(0, BM)
         mt = t < T
-        cs = carry + tl.cumsum(tl.load(la_ptr + b * sla_b + t * sla_t + h * sla_h, mask=mt, other=0.0), axis=0)
-        carry = tl.min(cs, axis=0)
-        if half == 0:
-            tl.store(cs_ptr + (b * H + h) * T + t, cs, mask=mt)
-        e = tl.exp(tl.minimum(cs, 0.0))
+        if EXACT_DECAYS:  # (the fp64 sum: every decay difference exact to fp32 as cs + cl, decay_triton_tiles)
+            cs64 = carry + tl.cumsum(tl.load(la_ptr + b * sla_b + t * sla_t + h * sla_h, mask=mt, other=0.0)
+                                     .to(tl.float64), axis=0)
+            carry = tl.min(cs64, axis=0)
+            cs = cs64.to(tl.float32)
+            cl = (cs64 - cs.to(tl.float64)).to(tl.float32)
+            if half == 0:
+                tl.store(cs_ptr + (b * H + h) * T + t, cs, mask=mt)
+                tl.store(cl_ptr + (b * H + h) * T + t, cl, mask=mt)
+            e = tl.exp(tl.minimum(cs, 0.0)) * tl.exp(cl)
+        else:
+            cs = carry + tl.cumsum(tl.load(la_ptr + b * sla_b + t * sla_t + h * sla_h, mask=mt, other=0.0), axis=0)
+            carry = tl.min(cs, axis=0)
+            if half == 0:
+                tl.store(cs_ptr + (b * H + h) * T + t, cs, mask=mt)
+            e = tl.exp(tl.minimum(cs, 0.0))
         if HAS_SEQ:
             e = tl.where(tl.load(seq_ptr + b * T + t, mask=mt, other=-1) == seq_prev, e, 0.0)
         dyb = tl.load(dy_base + t[:, None] * sdy_t + offs_p[None, :] * sdy_p, mask=mt[:, None] & mask_p[None, :],
@@ -74,7 +89,11 @@ def decay_bwd_chain_kernel(
         Cb = tl.load(C_base + t[:, None] * sC_t + offs_n[None, :] * sC_n, mask=mt[:, None] & mask_n[None, :],
                      other=0.0)
         R += tl.dot(tl.trans((Cb.to(tl.float32) * e[:, None]).to(LO)), dyb, input_precision=PREC)
-    a_c = tl.exp(tl.minimum(carry, 0.0))
+    if EXACT_DECAYS:
+        carry32 = carry.to(tl.float32)
+        a_c = tl.exp(tl.minimum(carry32, 0.0)) * tl.exp((carry - carry32.to(tl.float64)).to(tl.float32))
+    else:
+        a_c = tl.exp(tl.minimum(carry, 0.0))
     if HAS_SEQ:
         a_c = tl.where(tl.load(seq_ptr + b * T + tl.minimum(c0 + CHUNK, T) - 1) == seq_prev, a_c, 0.0)
     fidx = fl0 + c * fstride

@@ -19,6 +19,7 @@ except ImportError:  # pragma: no cover - older triton compiles the warm-ups one
     AsyncCompileMode = None
 
 from structmat.kernels import decay_triton_bwd as _bwd
+from structmat.kernels import decay_triton_bwd_dx as _bwd_dx
 from structmat.kernels import decay_triton_bwd_scan as _scan
 from structmat.kernels import decay_triton_fwd as _fwd
 
@@ -35,6 +36,12 @@ CHAIN_WARPS = {16: 4, 32: 4, 64: 4, 128: 4, 256: 8}
 DC_WARPS = {16: 4, 32: 4, 64: 8, 128: 8, 256: 8}
 DB_WARPS = {16: 4, 32: 4, 64: 4, 128: 8, 256: 8}
 DX_WARPS = {16: 4, 32: 4, 64: 4, 128: 4, 256: 8}
+# float32 inputs run ieee products on the CUDA cores, and their fp32 tiles spill at 64 rows. H100, fwd + bwd kernels,
+# 16K tokens x 2, H = 32, P = 64 (NOTES_ssd.md, session 18): N = 64 149 -> 21 ms at 32 rows; N = 128 408 -> 37 ms at
+# 32 rows and 8 warps in forward, dB, dx. N = 256 needs too much shared memory at 64 rows, and at 32 (P = 64, two
+# column programs) its forward came out wrong on the H100 (right under the interpreter): 16 rows, 107 ms.
+FP32_BLOCK_M = {16: 32, 32: 32, 64: 32, 128: 32, 256: 16}  # by padded N
+FP32_WARPS = {128: (8, 4, 8, 8, 8)}  # (forward, chain, dC, dB, dx) by padded N where they differ from the above
 # Column splits of the (N, P) state in the kernels that carry it (forward, chain, dx): PS programs per
 # (chunk, head), each holding N x P / PS of it, halve the registers at N = 128 for a duplicated C B^T.
 FWD_SPLIT = {16: 1, 32: 1, 64: 1, 128: 2, 256: 2}
@@ -46,10 +53,10 @@ SPLIT_STATE = True
 GATE_ROWS = 64  # (t, h) rows per program of the elementwise gate backward
 # dC / dB programs launched heaviest block first (their work per block grows 1 : NBLK across a chunk)
 HEAVY_FIRST = True
-# Input dtypes whose forward sums each block's log decays in fp64 and applies the rest as row and column factors, so
-# that every decay is exact to fp32 at any dt A (float32 sums lose |lc| 2^-24 in each exponent: relative error 1.2e-5
-# in the output at dt A near -370). In bf16 / fp16 the output's own rounding (2^-9) is far above that, and the fp64
-# sums cost 0.3-3.8% of the forward (NOTES_ssd.md, session 17). The backward keeps float32 sums (docs/numerics.md).
+# Input dtypes whose kernels sum the log decays of a block (forward) or chunk (backward) in fp64, the rest applied as
+# row and column factors: every decay exact to fp32 at any dt A (float32 sums lose |cs| 2^-24 per exponent: 1.2e-5 in
+# the output at dt A near -370, 2e-3 in dA at chunk 256 near -400). bf16 / fp16 outputs round at 2^-9, far above
+# that: their kernels compile without the sums' code (the same machine code; NOTES_ssd.md, sessions 17-18).
 EXACT_DECAY_DTYPES = (torch.float32,)
 # The first forward that saves for a backward compiles the backward's kernels on this many threads beside its
 # own compile (a first forward+backward on a new shape was 11 s on an H100 host, 6 s of it the backward's
@@ -60,9 +67,10 @@ COMPILE_THREADS = 6
 class DecayTritonConfig:
     """Tile knobs of :func:`decay_chunked_triton` (``None``: the module's defaults).
 
-    ``block_m``: rows per block inside a chunk (power of two, 16..chunk); tests lower it to run
-    several blocks per chunk. ``warps``: ``(forward, chain, dC, dB, dx)`` warps per program;
-    ``splits``: ``(forward, chain, dx)`` programs per (chunk, head), each taking ``P / split`` columns.
+    ``block_m``: rows per block inside a chunk (power of two, 16..chunk); tests lower it to run several blocks
+    per chunk (float32 inputs only: 16-bit ones below 64 rows raise, see :func:`resolve`). ``warps``: ``(forward,
+    chain, dC, dB, dx)`` warps per program; ``splits``: ``(forward, chain, dx)`` programs per (chunk, head), each
+    taking ``P / split`` columns.
     ``debug``: fill every buffer with NaN before the kernels run (an element they fail to write shows)
     and, after each look-back launch, synchronise and raise if a program gave up waiting. Tests only.
     """
@@ -94,14 +102,24 @@ def _precision(dtype: torch.dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"
 
 
-def resolve(config, chunk: int, N: int) -> tuple[int, list[int], bool]:
+def resolve(config, chunk: int, N: int, dtype: torch.dtype) -> tuple[int, list[int], bool]:
+    """``(block_m, warps + splits, debug)`` of ``config`` with the defaults for state size ``N`` and inputs of
+    ``dtype`` filled in."""
     cfg = config or DecayTritonConfig()
-    bm = cfg.block_m if cfg.block_m is not None else min(BLOCK_M, chunk)
+    fp32 = dtype == torch.float32
+    bn = _pow2(N)
+    bm = cfg.block_m if cfg.block_m is not None else min(FP32_BLOCK_M[bn] if fp32 else BLOCK_M, chunk)
     if bm < 16 or bm > chunk or bm & (bm - 1):
         raise ValueError(f"block_m must be a power of two in [16, chunk_size={chunk}]; got {bm}")
-    bn = _pow2(N)
-    warps = list(cfg.warps) if cfg.warps is not None else [FWD_WARPS[bn], CHAIN_WARPS[bn], DC_WARPS[bn],
-                                                             DB_WARPS[bn], DX_WARPS[bn]]
+    if not fp32 and bm < min(BLOCK_M, chunk):
+        raise ValueError(f"block_m={bm} below {min(BLOCK_M, chunk)} with several blocks per chunk gave wrong outputs for "
+                         f"16-bit inputs on the H100 (triton 3.6; NOTES_ssd.md, session 18): leave it unset")
+    if cfg.warps is not None:
+        warps = list(cfg.warps)
+    elif fp32 and bn in FP32_WARPS:
+        warps = list(FP32_WARPS[bn])
+    else:
+        warps = [FWD_WARPS[bn], CHAIN_WARPS[bn], DC_WARPS[bn], DB_WARPS[bn], DX_WARPS[bn]]
     splits = list(cfg.splits) if cfg.splits is not None else [FWD_SPLIT[bn], CHAIN_SPLIT[bn], DX_SPLIT[bn]]
     return bm, warps + splits, cfg.debug
 
@@ -193,9 +211,10 @@ def forward(x, log_a, B, C, scale, D, z, init, seq_idx, chunk, bm, warps, save, 
     return out, final, cst, slo, ypre
 
 
-def _launch_chain(dy, dfinal, log_a, C, seq_idx, slo, has_init, chunk, bm, warp, split, buf):
+def _launch_chain(dy, dfinal, log_a, C, seq_idx, slo, has_init, exact, chunk, bm, warp, split, buf):
     """Adjoint states ``G_c`` per chunk (input dtype), ``d initial_state`` (fp32 or empty), the
-    chunk-local cumulative log decays ``cs (b, h, T)`` and ``a_c <G_c, h_c>`` per ``(b, c, h)``."""
+    chunk-local cumulative log decays ``cs (b, h, T)`` (fp32; with ``exact`` the rounding of their fp64 sums, and
+    the rests ``cl (b, h, T)``, else ``cl`` is None) and ``a_c <G_c, h_c>`` per ``(b, c, h)``."""
     b, T, H, P = dy.shape
     G, N = C.shape[2], C.shape[3]
     NC = _cdiv(T, chunk)
@@ -204,6 +223,7 @@ def _launch_chain(dy, dfinal, log_a, C, seq_idx, slo, has_init, chunk, bm, warp,
     glo = buf((b, NC, H, P, N), C.dtype, dev)
     dinit = buf((b, H, P, N), torch.float32, dev) if has_init else log_a.new_empty(0)
     cs = buf((b, H, T), torch.float32, dev)
+    cl = buf((b, H, T), torch.float32, dev) if exact else None
     jump = buf((b, NC, H, ps), torch.float32, dev)
     g32 = buf((b, NC, H, P, N), torch.float32, dev) if NC > 1 else glo
     agg = buf((b, NC, H, P, N), torch.float32, dev) if NC > 1 else glo
@@ -214,40 +234,42 @@ def _launch_chain(dy, dfinal, log_a, C, seq_idx, slo, has_init, chunk, bm, warp,
     buf.launch(
         _scan.decay_bwd_chain_kernel, (NC * b * H * ps,),
         dy, log_a, C, seq_idx if seq_idx is not None else log_a, dfin, slo, glo, dinit if has_init else glo, cs,
-        jump, g32, agg, adec, sync,
+        cl, jump, g32, agg, adec, sync,
         T, H, H // G, NC, b * H, P, N,
         *log_a.stride(), *dy.stride(), *C.stride(), *sf,
         CHUNK=chunk, BM=bm, BN=_pow2(N), BP=_pow2(P) // ps, HAS_SEQ=seq_idx is not None,
-        HAS_DFINAL=dfinal is not None, WRITE_DINIT=has_init, PREC=_precision(C.dtype), PS=ps, num_warps=warp,
+        HAS_DFINAL=dfinal is not None, WRITE_DINIT=has_init, PREC=_precision(C.dtype), PS=ps, EXACT_DECAYS=exact,
+        num_warps=warp,
     )
     if buf.debug:
         _check_sync(sync, "backward chain")
-    return glo, dinit, cs, jump
+    return glo, dinit, cs, cl, jump
 
 
 def _group_args(x, dy, B, C):
     return (*x.stride(), *dy.stride(), *B.stride(), *C.stride())
 
 
-def _launch_group_grad(kernel, target, x, dy, cs, s_ht, B, C, seq_idx, state, rpart, chunk, bm, warp, buf):
+def _launch_group_grad(kernel, target, x, dy, cs, cl, s_ht, B, C, seq_idx, state, rpart, chunk, bm, warp, buf):
     """``dC`` (``target`` is ``C``, ``state`` the states ``slo``; row sums of ``V`` into ``rpart``) or ``dB``
-    (``target`` is ``B``, ``state`` the state gradients ``glo``; column sums): one launch shape for both."""
+    (``target`` is ``B``, ``state`` the state gradients ``glo``; column sums): one launch shape for both. ``cl``:
+    the rests of the exact decays, or None (a None argument compiles the kernel without them)."""
     b, T, H, P = x.shape
     G, N = B.shape[2], B.shape[3]
     NC = _cdiv(T, chunk)
     grad = buf(target.shape, target.dtype, x.device)
     buf.launch(
         kernel, (NC * (chunk // bm), b * G),
-        x, dy, cs, s_ht if s_ht is not None else cs, B, C, seq_idx if seq_idx is not None else cs, state,
+        x, dy, cs, cl, s_ht if s_ht is not None else cs, B, C, seq_idx if seq_idx is not None else cs, state,
         grad, rpart,
         T, H, H // G, G, b, NC, P, N, *_group_args(x, dy, B, C),
         CHUNK=chunk, BM=bm, BN=_pow2(N), BP=_pow2(P), HAS_SCALE=s_ht is not None, HAS_SEQ=seq_idx is not None,
-        PREC=_precision(x.dtype), HEAVY_FIRST=HEAVY_FIRST, num_warps=warp,
+        PREC=_precision(x.dtype), HEAVY_FIRST=HEAVY_FIRST, EXACT_DECAYS=cl is not None, num_warps=warp,
     )
     return grad
 
 
-def _launch_dx(x, dy, cs, s_ht, B, C, D, seq_idx, glo, chunk, bm, warp, split, buf):
+def _launch_dx(x, dy, cs, cl, s_ht, B, C, D, seq_idx, glo, chunk, bm, warp, split, buf):
     """``dx``, ``d scale`` as ``(split, b, h, T)`` fp32 partials (or empty), ``dD`` partials
     ``(b, nc, h, p)`` (or empty)."""
     b, T, H, P = x.shape
@@ -260,14 +282,14 @@ def _launch_dx(x, dy, cs, s_ht, B, C, D, seq_idx, glo, chunk, bm, warp, split, b
     dDp = buf((b, NC, H, P), torch.float32, dev) if D is not None else cs.new_empty(0)
     sD_h, sD_p = _d_strides(D)
     buf.launch(
-        _bwd.decay_bwd_dx_kernel, (NC, b * H * ps),
-        x, dy, cs, s_ht if s_ht is not None else cs, B, C, D if D is not None else cs,
+        _bwd_dx.decay_bwd_dx_kernel, (NC, b * H * ps),
+        x, dy, cs, cl, s_ht if s_ht is not None else cs, B, C, D if D is not None else cs,
         seq_idx if seq_idx is not None else cs, glo, dx, ds if s_ht is not None else cs,
         dDp if D is not None else cs,
         T, H, H // G, NC, P, N, *_group_args(x, dy, B, C), sD_h, sD_p,
         CHUNK=chunk, BM=bm, BN=_pow2(N), BP=_pow2(P) // ps, HAS_SCALE=s_ht is not None, HAS_D=D is not None,
         HAS_SEQ=seq_idx is not None, PREC=_precision(x.dtype), PS=ps,
-        SPLIT_STATE=SPLIT_STATE and x.dtype != torch.float32, num_warps=warp,
+        SPLIT_STATE=SPLIT_STATE and x.dtype != torch.float32, EXACT_DECAYS=cl is not None, num_warps=warp,
     )
     return dx, ds, dDp
 
@@ -292,19 +314,19 @@ def _gate_backward(dout, z, ypre, buf):
 
 
 def _launch_backward(dout, dfinal, x, log_a, B, C, scale, D, z, seq_idx, slo, ypre, has_init, chunk, bm, warps, buf):
-    """The backward's launches, in order; ``(dy, dz, glo, dinit, cs, jump, dC, dB, dx, ds, dDp, dla)``."""
+    """The backward's launches, in order; ``(dz, dinit, dC, dB, dx, ds, dDp, dla)``."""
     b, T, H, P = x.shape
     dy, dz = (dout, log_a.new_empty(0)) if z is None else _gate_backward(dout, z, ypre, buf)
-    glo, dinit, cs, jump = _launch_chain(dy, dfinal, log_a, C, seq_idx, slo, has_init, chunk, bm, warps[1], warps[6],
-                                         buf)
+    glo, dinit, cs, cl, jump = _launch_chain(dy, dfinal, log_a, C, seq_idx, slo, has_init,
+                                             x.dtype in EXACT_DECAY_DTYPES, chunk, bm, warps[1], warps[6], buf)
     s_ht = None
     if scale is not None:  # (b, h, T): rows of a head
         s_ht = scale.transpose(1, 2).contiguous() if buf.standins is None else scale
     rpart = buf((chunk // bm + 2, b, H, T), torch.float32, x.device)
-    common = (x, dy, cs, s_ht, B, C, seq_idx)
+    common = (x, dy, cs, cl, s_ht, B, C, seq_idx)
     dC = _launch_group_grad(_bwd.decay_bwd_dc_kernel, C, *common, slo, rpart, chunk, bm, warps[2], buf)
     dB = _launch_group_grad(_bwd.decay_bwd_db_kernel, B, *common, glo, rpart, chunk, bm, warps[3], buf)
-    dx, ds, dDp = _launch_dx(x, dy, cs, s_ht, B, C, D, seq_idx, glo, chunk, bm, warps[4], warps[7], buf)
+    dx, ds, dDp = _launch_dx(x, dy, cs, cl, s_ht, B, C, D, seq_idx, glo, chunk, bm, warps[4], warps[7], buf)
     dla = _launch_dla(rpart, jump, T, chunk, bm, buf)
     return dz, dinit, dC, dB, dx, ds, dDp, dla
 

@@ -1,8 +1,9 @@
-"""Tile helpers shared by the backward Triton kernels of :mod:`decay_triton_bwd`.
+"""Tile helpers shared by the backward Triton kernels of :mod:`decay_triton_bwd` and :mod:`decay_triton_bwd_dx`.
 
-Per (batch, head) rows of ``cs`` (chunk-local cumulative sums of ``log_a``) and the scale, the masks of
-``seq_idx`` (a row pairs only with rows of its own sequence), the launch order of the group kernels' blocks, and
-a product whose fp32 left operand is split into two 16-bit parts.
+Per (batch, head) rows of ``cs`` (chunk-local cumulative sums of ``log_a``; for float32 inputs summed in fp64 and
+kept as their fp32 rounding ``cs`` and the rest ``cl``) and the scale, the masks of ``seq_idx`` (a row pairs only
+with rows of its own sequence), the launch order of the group kernels' blocks, and a product whose fp32 left operand
+is split into two 16-bit parts.
 """
 
 from __future__ import annotations
@@ -37,6 +38,23 @@ def dx_vectors(cs_row, s_row, t0, T, has_start, BM: tl.constexpr, HAS_SCALE: tl.
         s = tl.where(mt, 1.0, 0.0)
     start = tl.load(cs_row + tl.minimum(t0 - 1, T - 1), mask=has_start, other=0.0)
     return cs, s, start
+
+
+@triton.jit
+def head_rests(cl_ptr, b, H, h, T, tA, mA, tB, mB, ref):
+    """One head's rests ``cl`` over rows ``tA`` and ``tB`` and at ``ref`` (the exact decays' second parts: a
+    difference ``cs_a - cs_b`` is ``(cs_a - cs_b) + (cl_a - cl_b)``, exact to fp32 however large ``cs`` grows)."""
+    row = (b * H + h) * T
+    return (tl.load(cl_ptr + row + tA, mask=mA, other=0.0), tl.load(cl_ptr + row + tB, mask=mB, other=0.0),
+            tl.load(cl_ptr + row + ref))
+
+
+@triton.jit
+def dx_rests(cl_row, t0, T, has_start, BM: tl.constexpr):
+    """The rests ``cl`` of rows ``t0 ..`` of one head and the rest just before them (0 at a chunk start)."""
+    t = t0 + tl.arange(0, BM)
+    return (tl.load(cl_row + t, mask=t < T, other=0.0),
+            tl.load(cl_row + tl.minimum(t0 - 1, T - 1), mask=has_start, other=0.0))
 
 
 @triton.jit
