@@ -47,8 +47,19 @@ def pair(d_model=16, heads=4, headdim=8, state=6, groups=2, chunk=8, seed=0):
     return hf, ours
 
 
-def test_huggingface_checkpoint_loads_strictly_and_gives_the_same_outputs():
-    hf, ours = pair()
+#: HuggingFace's plain-torch Mamba2 took the gated RMSNorm over the whole width before 5.23 (the fused kernel it
+#: calls on a GPU, and mamba_ssm's Mamba2 layer, normalise per group of ``d_inner / ngroups``, as we do): with several
+#: groups it is not a reference there (5.17 on the H100 host: relative error 0.54; with one group it agrees).
+HF_GROUPED_NORM = hasattr(Mamba2Mixer(Mamba2Config(hidden_size=16, num_heads=4, head_dim=8, n_groups=2), 0).norm,
+                          "group_size")
+
+
+@pytest.mark.parametrize("groups", [1, 2])
+def test_huggingface_checkpoint_loads_strictly_and_gives_the_same_outputs(groups):
+    if groups > 1 and not HF_GROUPED_NORM:
+        pytest.skip(f"transformers {transformers.__version__} normalises Mamba2's gate over the whole width, not per "
+                    "group as mamba_ssm (fixed by 5.23)")
+    hf, ours = pair(groups=groups)
     assert set(ours.state_dict()) == set(hf.state_dict())
     u = torch.randn(2, 21, 16, dtype=F64)
     with float64_throughout():
