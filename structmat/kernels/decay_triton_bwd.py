@@ -5,7 +5,10 @@ Notation per (batch, head), chunk ``c``: ``u_j = s_j x_j`` (scaled input), ``dy`
 ``h_c`` the state entering chunk ``c`` and ``G_c`` the gradient of the state leaving it (``dfinal``
 for the last chunk). ``V_ij = decay(i, j) (C_i . B_j) (dy_i . u_j)`` for ``j <= i`` is the pair
 (i, j)'s share of the loss; ``d log_a_k`` is the sum of ``V`` over the pairs that straddle ``k``
-(``j < k <= i``), accumulated here from sums of such pairs only (nothing cancels).
+(``j < k <= i``), accumulated here from sums of such pairs only (nothing cancels). With ``EXACT_DECAYS``
+(float32 inputs) ``cs`` is summed in fp64 and kept as its fp32 rounding and a rest ``cl``: a decay's exponent
+``cs_i - cs_j`` is ``(cs_i - cs_j) + (cl_i - cl_j)``, and a diagonal tile takes ``exp(cl_i)``, ``exp(-cl_j)`` as row
+and column factors (:mod:`decay_triton_tiles`); 16-bit inputs compile without (``cl`` is None).
 
 Kernels, in launch order (blocks of ``BM`` rows inside a chunk):
 
