@@ -121,10 +121,17 @@ def sss_matmul(M1: SSS, M2: SSS) -> SSS:
     product = _one_ss_product(M1, M2)
     if product is not None:
         return product
-    G1, G2, batch = operand_generators(M1, M2)
-    first, second = (G1, G2) if M1.lower else (G2, G1)
+    if M1._shape == M2._shape:  # (the common case: the stored parameters, no Generators built)
+        shape, parts = M1._shape, [(M.transitions, M.B, M.C, M.D) for M in (M1, M2)]
+    else:
+        batch = batch_of(M1, M2)
+        Gs = [generators_in(M, batch) for M in (M1, M2)]
+        shape, parts = torch.Size((*batch, *M1._shape[-2:])), [(G.A, G.B, G.C, G.D) for G in Gs]
+    first, second = parts if M1.lower else parts[::-1]
     product = host_matmul_lower(first, second)
-    return build(matmul_lower(first, second) if product is None else product, M1.lower, batch)
+    if product is not None:  # (one dtype: the maps')
+        return SSS._of_one_dtype(*product, M1.lower, shape, product[1].dtype, M1._device)
+    return build(matmul_lower(Generators(*first), Generators(*second)), M1.lower, shape[:-2])
 
 
 def sss_hadamard(M1: SSS, M2: SSS) -> SSS:

@@ -12,6 +12,12 @@ from structmat.core.transitions import Transitions
 from structmat.linalg.semiseparable import Generators
 
 
+def product(G1, G2):
+    """host_matmul_lower of two ``Generators`` (it takes and gives plain ``(A, B, C, D)`` tuples), or None."""
+    got = host_matmul_lower((G1.A, G1.B, G1.C, G1.D), (G2.A, G2.B, G2.C, G2.D))
+    return None if got is None else Generators(*got)
+
+
 def _generators(kind, T, N, batch, dtype, seed, D):
     real = dtype.to_real() if dtype.is_complex else dtype
     a = 0.5 + 0.5 * rand(*batch, T, *{"log": (), "scalar": (), "diag": (N,), "dense": (N, N)}[kind], seed=seed, dtype=real)
@@ -27,7 +33,7 @@ def _generators(kind, T, N, batch, dtype, seed, D):
 @pytest.mark.parametrize("D1,D2", [(True, True), (False, True), (True, False)])
 def test_host_product_equals_the_torch_generators(k1, k2, D1, D2):
     G1, G2 = _generators(k1, 9, 2, (), F64, 1, D1), _generators(k2, 9, 3, (), F64, 5, D2)
-    got, want = host_matmul_lower(G1, G2), matmul_lower(G1, G2)
+    got, want = product(G1, G2), matmul_lower(G1, G2)
     assert got is not None
     assert (got.D is None) == (want.D is None) and got.A.kind == "dense" and got.order == 5
     close(got.dense(), want.dense())
@@ -38,7 +44,7 @@ def test_host_product_equals_the_torch_generators(k1, k2, D1, D2):
 @pytest.mark.parametrize("batch", [(), (2, 3)])
 def test_dtypes_and_batches(dtype, batch):
     G1, G2 = _generators("diag", 11, 2, batch, dtype, 3, True), _generators("dense", 11, 2, batch, dtype, 4, True)
-    got = host_matmul_lower(G1, G2)
+    got = product(G1, G2)
     assert got.B.dtype == got.A.values.dtype == dtype and got.batch_shape == batch
     rtol = 1e-5 if dtype in (torch.float32, torch.complex64) else 1e-12
     close(got.dense().to(C128), G1.dense().to(C128) @ G2.dense().to(C128), rtol=rtol, atol=rtol)
@@ -48,11 +54,11 @@ def test_host_path_only_where_it_applies():
     G1, G2 = _generators("diag", 6, 2, (), F64, 1, True), _generators("diag", 6, 2, (), F64, 2, True)
     B = G1.B.clone().requires_grad_()
     Gg = Generators(G1.A, B, G1.C, G1.D)
-    assert host_matmul_lower(Gg, G2) is None  # a gradient wanted: the torch original
+    assert product(Gg, G2) is None  # a gradient wanted: the torch original
     with torch.no_grad():
-        assert host_matmul_lower(Gg, G2) is not None
+        assert product(Gg, G2) is not None
     Gb = _generators("diag", 6, 2, (3,), F64, 3, True)
-    assert host_matmul_lower(Generators(Gb.A, G1.B, Gb.C, Gb.D), Gb) is None  # sizes left to broadcast
+    assert product(Generators(Gb.A, G1.B, Gb.C, Gb.D), Gb) is None  # sizes left to broadcast
     # through the class: the product with a gradient wanted carries it
     M1 = sm.SSS(G1.A.values, B, G1.C, D=G1.D)
     M2 = sm.SSS(G2.A.values, G2.B, G2.C, D=G2.D)
@@ -68,12 +74,12 @@ def test_lazily_conjugated_and_negated_parameters():
     G1, G2 = _generators("diag", 7, 2, (), C128, 1, True), _generators("dense", 7, 2, (), C128, 2, False)
     lazy = Generators(G1.A, G1.B.conj(), G1.C.conj(), G1.D.conj())
     assert lazy.B.is_conj()
-    got = host_matmul_lower(lazy, G2)
+    got = product(lazy, G2)
     close(got.dense(), lazy.dense() @ G2.dense())
     G3 = _generators("log", 7, 2, (), F64, 3, True)
     negated = Generators(G3.A, torch.complex(torch.zeros_like(G3.B), -G3.B).conj().imag, G3.C, G3.D)
     assert negated.B.is_neg()
-    close(host_matmul_lower(negated, G3).dense(), G3.dense() @ G3.dense())
+    close(product(negated, G3).dense(), G3.dense() @ G3.dense())
     M, N = sm.SSS(G1.A.values, G1.B, G1.C, D=G1.D), sm.SSS(G2.A.values, G2.B, G2.C)
     with torch.no_grad():
         close((M.conj() @ N).to_dense(), M.to_dense().conj() @ N.to_dense())
