@@ -33,9 +33,10 @@ BACKENDS = ("auto", "torch", "triton")
 TORCH_CHUNK = {"cpu": 64, "cuda": 256}
 
 
-#: Largest state size ``N`` and head size ``P`` of float32 inputs whose tiles fit an H100's shared memory together:
-#: at ``N = 256`` with ``P > 64`` the kernels' launch raises ``OutOfResources`` (NOTES_ssd.md, session 18).
-FP32_TILE_LIMITS = ((256, 64), (128, 256))
+#: ``(N, P)`` bounds of the float32 inputs the kernels were checked on (H100: every ``N`` up to 256 with ``P`` up to
+#: 64, every ``N`` up to 128 with ``P`` up to 128); at ``N = 256`` with ``P = 128`` their launch raises
+#: ``OutOfResources`` (shared memory; NOTES_ssd.md, session 18). Others take the torch backend under ``auto``.
+FP32_TILE_LIMITS = ((256, 64), (128, 128))
 
 
 def triton_supports(x: torch.Tensor, B: torch.Tensor, C: torch.Tensor) -> bool:
