@@ -2,7 +2,7 @@
 
 ``python benchmarks/kernel_resources.py`` (needs only ``triton``, no torch and no GPU) compiles each kernel
 from a hand-written signature and prints one row per kernel and state size N in {64, 128}, with the tile
-constants of ``structmat/kernels/decay_triton_launch.py`` (bf16 inputs, P = 64, chunk 256).
+constants of ``structmat/kernels/decay_triton_config.py`` (bf16 inputs, P = 64, chunk 256).
 ``report(fn, signature, constexprs, num_warps, num_stages)`` is the helper.
 
 ``python benchmarks/kernel_resources.py --launch`` (CUDA) runs a forward+backward instead and reads the
@@ -74,8 +74,8 @@ def _load_kernels():
 
 
 def _constants():
-    """Tile constants of decay_triton_launch.py, read from its source (it imports torch)."""
-    tree = ast.parse(open(os.path.join(ROOT, "structmat/kernels/decay_triton_launch.py")).read())
+    """Tile constants of decay_triton_config.py, read from its source (it imports torch)."""
+    tree = ast.parse(open(os.path.join(ROOT, "structmat/kernels/decay_triton_config.py")).read())
     out = {}
     for node in tree.body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):

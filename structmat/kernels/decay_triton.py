@@ -19,7 +19,7 @@ backwards, ``dB``/``dC`` per (chunk, block, group) summed over heads in register
 ``torch.compile`` traces through :func:`decay_chunked_triton` without a graph break; eager calls take
 a plain ``autograd.Function`` around the same launchers (less host time per call).
 
-No autotuning: tile sizes and warps are the fixed constants of ``decay_triton_launch``. The first forward
+No autotuning: tile sizes and warps are the fixed constants of ``decay_triton_config``. The first forward
 on a new specialisation that saves for a backward starts compiling the backward's five or six kernels on
 threads beside its own compile (a first forward+backward 9.3-9.7 s -> 5.2-6.0 s on an H100 host; the backward
 waits for them). Without a GPU the same code runs on CPU tensors under
@@ -34,7 +34,8 @@ import os
 
 import torch
 
-from structmat.kernels.decay_triton_launch import DecayTritonConfig, backward, forward, resolve
+from structmat.kernels.decay_triton_config import DecayTritonConfig, resolve
+from structmat.kernels.decay_triton_launch import backward, forward
 
 __all__ = ["decay_chunked_triton", "DecayTritonConfig"]
 

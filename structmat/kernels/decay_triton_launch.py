@@ -1,7 +1,6 @@
-"""Launchers of the decay kernels: the tile constants (each with its reason), :class:`DecayTritonConfig`,
-the forward launch, the backward's six launches and their compile ahead of the first backward
-(:func:`compile_backward_ahead`). :mod:`structmat.kernels.decay_triton` wraps them in custom ops with their
-autograd.
+"""Launchers of the decay kernels at the tiles of :mod:`structmat.kernels.decay_triton_config`: the forward
+launch, the backward's six launches and their compile ahead of the first backward (:func:`compile_backward_ahead`).
+:mod:`structmat.kernels.decay_triton` wraps them in custom ops with their autograd.
 """
 
 from __future__ import annotations
@@ -22,31 +21,10 @@ from structmat.kernels import decay_triton_bwd as _bwd
 from structmat.kernels import decay_triton_bwd_dx as _bwd_dx
 from structmat.kernels import decay_triton_bwd_scan as _scan
 from structmat.kernels import decay_triton_fwd as _fwd
+from structmat.kernels.decay_triton_config import DecayTritonConfig, forward_stages, padded, resolve
 
 __all__ = ["DecayTritonConfig", "forward", "backward", "resolve"]
 
-# Rows per block inside a chunk. Only the BM x BM diagonal tiles of a chunk are quadratic; between
-# blocks the state is carried in registers. 64 rows is one wgmma tile per warpgroup; see
-# benchmarks/NOTES_ssd.md for the measured alternatives.
-BLOCK_M = 64
-# Warps per program by padded state size N: the fp32 state (N x P) and the block tiles must fit in
-# registers without spills (benchmarks/kernel_resources.py prints the compiler's numbers).
-FWD_WARPS = {16: 4, 32: 4, 64: 4, 128: 4, 256: 8}
-CHAIN_WARPS = {16: 4, 32: 4, 64: 4, 128: 4, 256: 8}
-DC_WARPS = {16: 4, 32: 4, 64: 8, 128: 8, 256: 8}
-DB_WARPS = {16: 4, 32: 4, 64: 4, 128: 8, 256: 8}
-DX_WARPS = {16: 4, 32: 4, 64: 4, 128: 4, 256: 8}
-# float32 inputs run ieee products on the CUDA cores, and their fp32 tiles spill at 64 rows. H100, fwd + bwd kernels,
-# 16K tokens x 2, H = 32, P = 64 (NOTES_ssd.md, session 18): N = 64 149 -> 21 ms at 32 rows; N = 128 408 -> 37 ms at
-# 32 rows and 8 warps in forward, dB, dx. N = 256 needs too much shared memory at 64 rows, and at 32 (P = 64, two
-# column programs) its forward came out wrong on the H100 (right under the interpreter): 16 rows, 107 ms.
-FP32_BLOCK_M = {16: 32, 32: 32, 64: 32, 128: 32, 256: 16}  # by padded N
-FP32_WARPS = {128: (8, 4, 8, 8, 8)}  # (forward, chain, dC, dB, dx) by padded N where they differ from the above
-# Column splits of the (N, P) state in the kernels that carry it (forward, chain, dx): PS programs per
-# (chunk, head), each holding N x P / PS of it, halve the registers at N = 128 for a duplicated C B^T.
-FWD_SPLIT = {16: 1, 32: 1, 64: 1, 128: 2, 256: 2}
-CHAIN_SPLIT = {16: 1, 32: 1, 64: 1, 128: 1, 256: 2}
-DX_SPLIT = {16: 1, 32: 1, 64: 1, 128: 2, 256: 2}
 # The carried fp32 state (forward) and adjoint state (dx) enter their 16-bit products as a high and a low
 # 16-bit part: one more product per block, and their rounding drops out of the output and dx errors.
 SPLIT_STATE = True
@@ -64,64 +42,12 @@ EXACT_DECAY_DTYPES = (torch.float32,)
 COMPILE_THREADS = 6
 
 
-class DecayTritonConfig:
-    """Tile knobs of :func:`decay_chunked_triton` (``None``: the module's defaults).
-
-    ``block_m``: rows per block inside a chunk (power of two, 16..chunk); tests lower it to run several blocks
-    per chunk (float32 inputs only: 16-bit ones below 64 rows raise, see :func:`resolve`). ``warps``: ``(forward,
-    chain, dC, dB, dx)`` warps per program; ``splits``: ``(forward, chain, dx)`` programs per (chunk, head), each
-    taking ``P / split`` columns.
-    ``debug``: fill every buffer with NaN before the kernels run (an element they fail to write shows)
-    and, after each look-back launch, synchronise and raise if a program gave up waiting. Tests only.
-    """
-
-    __slots__ = ("block_m", "warps", "splits", "debug")
-
-    def __init__(self, block_m: int | None = None, warps: tuple | None = None, splits: tuple | None = None,
-                 debug: bool = False):
-        self.block_m = block_m
-        self.warps = warps
-        self.splits = splits
-        self.debug = debug
-
-    def __repr__(self) -> str:
-        return (f"DecayTritonConfig(block_m={self.block_m}, warps={self.warps}, splits={self.splits}, "
-                f"debug={self.debug})")
-
-
-def _pow2(n: int, low: int = 16) -> int:
-    # plain Python: triton's host helpers are JIT objects costing ~15 us per call in triton 3.9
-    return max(low, 1 << (n - 1).bit_length())
-
-
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
 def _precision(dtype: torch.dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"
-
-
-def resolve(config, chunk: int, N: int, dtype: torch.dtype) -> tuple[int, list[int], bool]:
-    """``(block_m, warps + splits, debug)`` of ``config`` with the defaults for state size ``N`` and inputs of
-    ``dtype`` filled in."""
-    cfg = config or DecayTritonConfig()
-    fp32 = dtype == torch.float32
-    bn = _pow2(N)
-    bm = cfg.block_m if cfg.block_m is not None else min(FP32_BLOCK_M[bn] if fp32 else BLOCK_M, chunk)
-    if bm < 16 or bm > chunk or bm & (bm - 1):
-        raise ValueError(f"block_m must be a power of two in [16, chunk_size={chunk}]; got {bm}")
-    if not fp32 and bm < min(BLOCK_M, chunk):
-        raise ValueError(f"block_m={bm} below {min(BLOCK_M, chunk)} with several blocks per chunk gave wrong outputs for "
-                         f"16-bit inputs on the H100 (triton 3.6; NOTES_ssd.md, session 18): leave it unset")
-    if cfg.warps is not None:
-        warps = list(cfg.warps)
-    elif fp32 and bn in FP32_WARPS:
-        warps = list(FP32_WARPS[bn])
-    else:
-        warps = [FWD_WARPS[bn], CHAIN_WARPS[bn], DC_WARPS[bn], DB_WARPS[bn], DX_WARPS[bn]]
-    splits = list(cfg.splits) if cfg.splits is not None else [FWD_SPLIT[bn], CHAIN_SPLIT[bn], DX_SPLIT[bn]]
-    return bm, warps + splits, cfg.debug
 
 
 def _alloc(shape, dtype, device, debug):
@@ -157,7 +83,7 @@ class _Buffers:
 
 def _split(P, ps):
     """Column split of the state: ``ps`` programs per head, each ``P / ps`` columns (>= 16)."""
-    while ps > 1 and _pow2(P) // ps < 16:
+    while ps > 1 and padded(P) // ps < 16:
         ps //= 2
     return ps
 
@@ -200,11 +126,11 @@ def forward(x, log_a, B, C, scale, D, z, init, seq_idx, chunk, bm, warps, save, 
         out, ypre if write_ypre else out, cst, slo if save else cst, final, agg, adec, sync,
         T, H, H // G, NC, b * H, P, N,
         *log_a.stride(), *x.stride(), *B.stride(), *C.stride(), *zz.stride(), sD_h, sD_p, *ini.stride(),
-        CHUNK=chunk, BM=bm, BN=_pow2(N), BP=_pow2(P) // ps,
+        CHUNK=chunk, BM=bm, BN=padded(N), BP=padded(P) // ps,
         HAS_SCALE=scale is not None, HAS_D=D is not None, HAS_Z=z is not None, HAS_INIT=init is not None,
         HAS_SEQ=seq_idx is not None, SAVE_LO=save, WRITE_YPRE=write_ypre, PREC=_precision(x.dtype), PS=ps,
         SPLIT_STATE=SPLIT_STATE and x.dtype != torch.float32, EXACT_DECAYS=x.dtype in EXACT_DECAY_DTYPES,
-        num_warps=warps[0],
+        num_warps=warps[0], **forward_stages(x.dtype, N, bm, chunk),
     )
     if debug:
         _check_sync(sync, "forward")
@@ -237,7 +163,7 @@ def _launch_chain(dy, dfinal, log_a, C, seq_idx, slo, has_init, exact, chunk, bm
         cl, jump, g32, agg, adec, sync,
         T, H, H // G, NC, b * H, P, N,
         *log_a.stride(), *dy.stride(), *C.stride(), *sf,
-        CHUNK=chunk, BM=bm, BN=_pow2(N), BP=_pow2(P) // ps, HAS_SEQ=seq_idx is not None,
+        CHUNK=chunk, BM=bm, BN=padded(N), BP=padded(P) // ps, HAS_SEQ=seq_idx is not None,
         HAS_DFINAL=dfinal is not None, WRITE_DINIT=has_init, PREC=_precision(C.dtype), PS=ps, EXACT_DECAYS=exact,
         num_warps=warp,
     )
@@ -263,7 +189,7 @@ def _launch_group_grad(kernel, target, x, dy, cs, cl, s_ht, B, C, seq_idx, state
         x, dy, cs, cl, s_ht if s_ht is not None else cs, B, C, seq_idx if seq_idx is not None else cs, state,
         grad, rpart,
         T, H, H // G, G, b, NC, P, N, *_group_args(x, dy, B, C),
-        CHUNK=chunk, BM=bm, BN=_pow2(N), BP=_pow2(P), HAS_SCALE=s_ht is not None, HAS_SEQ=seq_idx is not None,
+        CHUNK=chunk, BM=bm, BN=padded(N), BP=padded(P), HAS_SCALE=s_ht is not None, HAS_SEQ=seq_idx is not None,
         PREC=_precision(x.dtype), HEAVY_FIRST=HEAVY_FIRST, EXACT_DECAYS=cl is not None, num_warps=warp,
     )
     return grad
@@ -287,7 +213,7 @@ def _launch_dx(x, dy, cs, cl, s_ht, B, C, D, seq_idx, glo, chunk, bm, warp, spli
         seq_idx if seq_idx is not None else cs, glo, dx, ds if s_ht is not None else cs,
         dDp if D is not None else cs,
         T, H, H // G, NC, P, N, *_group_args(x, dy, B, C), sD_h, sD_p,
-        CHUNK=chunk, BM=bm, BN=_pow2(N), BP=_pow2(P) // ps, HAS_SCALE=s_ht is not None, HAS_D=D is not None,
+        CHUNK=chunk, BM=bm, BN=padded(N), BP=padded(P) // ps, HAS_SCALE=s_ht is not None, HAS_D=D is not None,
         HAS_SEQ=seq_idx is not None, PREC=_precision(x.dtype), PS=ps,
         SPLIT_STATE=SPLIT_STATE and x.dtype != torch.float32, EXACT_DECAYS=cl is not None, num_warps=warp,
     )
@@ -309,7 +235,7 @@ def _gate_backward(dout, z, ypre, buf):
     dy = buf((b, T, H, P), ypre.dtype, dout.device)
     dz = buf((b, T, H, P), z.dtype, dout.device)
     buf.launch(_scan.decay_gate_bwd_kernel, (_cdiv(T * H, GATE_ROWS), b),
-               dout, z, ypre, dy, dz, T, H, P, *dout.stride(), *z.stride(), ROWS=GATE_ROWS, BP=_pow2(P), num_warps=4)
+               dout, z, ypre, dy, dz, T, H, P, *dout.stride(), *z.stride(), ROWS=GATE_ROWS, BP=padded(P), num_warps=4)
     return dy, dz
 
 
