@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from _report import cuda_peak_mib  # noqa: E402
 
-import structmat.kernels.decay_triton_config as tiles  # noqa: E402
+import structmat.kernels.decay_triton_config as tile_config  # noqa: E402
 import structmat.kernels.decay_triton_launch as dt  # noqa: E402
 from structmat.kernels.decay_triton import decay_chunked_triton  # noqa: E402
 
@@ -82,8 +82,8 @@ def fwd_bwd(x, la, s, B, C, chunk, cfg):
 
 def variants(N, extra=()):
     """The defaults, then each knob changed alone (warps 4 <-> 8, split 1 <-> 2), then ``extra``."""
-    d = [tiles.FWD_WARPS[N], tiles.CHAIN_WARPS[N], tiles.DC_WARPS[N], tiles.DB_WARPS[N], tiles.DX_WARPS[N],
-         tiles.FWD_SPLIT[N], tiles.CHAIN_SPLIT[N], tiles.DX_SPLIT[N]]
+    d = [tile_config.FWD_WARPS[N], tile_config.CHAIN_WARPS[N], tile_config.DC_WARPS[N], tile_config.DB_WARPS[N], tile_config.DX_WARPS[N],
+         tile_config.FWD_SPLIT[N], tile_config.CHAIN_SPLIT[N], tile_config.DX_SPLIT[N]]
     out = [tuple(d)]
     for i in range(8):
         v = list(d)
@@ -119,7 +119,7 @@ def main():
                        compile_s=round(compile_s, 2))
             row.update({k: round(ms(f), 4) for k, f in st.items()})
             row["bwd_kernels"] = round(sum(row[k] for k in ("chain", "dc", "db", "dx", "dla")), 4)
-            t, peak = fwd_bwd(x, la, s, B, C, 256, tiles.DecayTritonConfig(warps=warps[:5], splits=warps[5:]))
+            t, peak = fwd_bwd(x, la, s, B, C, 256, tile_config.DecayTritonConfig(warps=warps[:5], splits=warps[5:]))
             row["fwdbwd"] = round(t, 4)
             row["peak_mib"] = round(peak, 1)
             rows.append(row)

@@ -17,7 +17,7 @@ import pytest
 import torch
 from conftest import DEV, F64, LONG
 
-from structmat.kernels import decay_triton_config as tiles
+from structmat.kernels import decay_triton_config as tile_config
 from structmat.kernels import decay_triton_launch as launch
 from structmat.kernels.decay_naive import decay_naive
 from structmat.kernels.decay_triton import DecayTritonConfig, decay_chunked_triton
@@ -288,11 +288,11 @@ def test_forward_pipelined_exactly_at_the_default_tiles():
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
         for N in (16, 32, 64, 128, 256):
             for chunk in (16, 32, 64, 128, 256):
-                bm, _, _ = tiles.resolve(None, chunk, N, dtype)
-                assert tiles.forward_stages(dtype, N, bm, chunk) == {}, (dtype, N, chunk)
+                bm, _, _ = tile_config.resolve(None, chunk, N, dtype)
+                assert tile_config.forward_stages(dtype, N, bm, chunk) == {}, (dtype, N, chunk)
                 for other in (16, 32, 64, 128, 256):
                     if other <= chunk and other != bm:
-                        assert tiles.forward_stages(dtype, N, other, chunk) == {"num_stages": 1}, (dtype, N, other)
+                        assert tile_config.forward_stages(dtype, N, other, chunk) == {"num_stages": 1}, (dtype, N, other)
 
 
 @gpu
