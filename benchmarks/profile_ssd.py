@@ -82,8 +82,9 @@ def fwd_bwd(x, la, s, B, C, chunk, cfg):
 
 def variants(N, extra=()):
     """The defaults, then each knob changed alone (warps 4 <-> 8, split 1 <-> 2), then ``extra``."""
-    d = [tile_config.FWD_WARPS[N], tile_config.CHAIN_WARPS[N], tile_config.DC_WARPS[N], tile_config.DB_WARPS[N], tile_config.DX_WARPS[N],
-         tile_config.FWD_SPLIT[N], tile_config.CHAIN_SPLIT[N], tile_config.DX_SPLIT[N]]
+    c = tile_config
+    d = [c.FWD_WARPS[N], c.CHAIN_WARPS[N], c.DC_WARPS[N], c.DB_WARPS[N], c.DX_WARPS[N], c.FWD_SPLIT[N], c.CHAIN_SPLIT[N],
+         c.DX_SPLIT[N]]
     out = [tuple(d)]
     for i in range(8):
         v = list(d)
