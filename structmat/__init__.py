@@ -45,7 +45,8 @@ from structmat.matrices import (
     Toeplitz,
     ToeplitzInverse,
 )
-from structmat.ssd import ssd, ssd_step
+from structmat.ssd import ssd
+from structmat.ssd_step import ssd_step
 
 __version__ = "0.2.0"
 

@@ -1,4 +1,4 @@
-"""Mamba-2's SSD layer on the chunked-decay primitive: ``ssd`` (training, prefill) and ``ssd_step`` (decoding).
+"""Mamba-2's SSD layer on the chunked-decay primitive: ``ssd`` (training, prefill; decoding: :mod:`structmat.ssd_step`).
 
 ``ssd`` has the positional order, argument names, shapes, return values and semantics of mamba_ssm's
 ``mamba_chunk_scan_combined``, so swapping it in means changing the import; ``ssd_step`` those of
@@ -10,60 +10,16 @@ the primitive of :mod:`structmat.kernels.chunked_decay` with log decays ``dt A``
 from __future__ import annotations
 
 import math
-import numbers
 import os
 
 import torch
 import torch.nn.functional as F
 
-from structmat.core.validation import (
-    check_positive_int,
-    check_same_device,
-    check_tensor,
-    checked_once,
-    finite_checks_enabled,
-)
-from structmat.kernels.availability import eager_triton
+from structmat.core.validation import check_positive_int, checked_once, finite_checks_enabled
 from structmat.kernels.chunked_decay import chunked_decay, states_after, torch_chunk, triton_supports
+from structmat.ssd_arguments import BACKENDS, check_limit, check_shape, check_types, process_dt
 
-__all__ = ["ssd", "ssd_step", "process_dt", "step_unchecked", "step_backend"]
-
-BACKENDS = ("auto", "torch", "triton")
-
-
-def process_dt(dt, dt_bias=None, dt_softplus=False, dt_limit=(0.0, math.inf)) -> torch.Tensor:
-    """``dt + dt_bias``, then ``softplus`` (identity above 20, as Mamba-2), then clamped to ``dt_limit``;
-    float32 (float64 stays float64)."""
-    work = torch.float64 if dt.dtype == torch.float64 else torch.float32
-    dt = dt.to(work)
-    if dt_bias is not None:
-        dt = dt + dt_bias.to(work)
-    if dt_softplus:
-        dt = torch.where(dt <= 20.0, F.softplus(dt), dt)
-    if tuple(dt_limit) != (0.0, math.inf):
-        dt = dt.clamp(min=dt_limit[0], max=dt_limit[1])
-    return dt
-
-
-def _shape(name: str, t, shape) -> None:
-    if t is not None and tuple(t.shape) != tuple(shape):
-        raise ValueError(f"{name} must have shape {tuple(shape)}; got {tuple(t.shape)}")
-
-
-def _check_types(required: dict, optional: dict) -> None:
-    """Every argument a tensor (the optional ones may be None), on the device of the first."""
-    first_name, first = next(iter(required.items()))
-    for name, t in (*required.items(), *optional.items()):
-        check_tensor(t, name, optional=name in optional)
-        if t is not None:
-            check_same_device(t, name, first, first_name)
-
-
-def _check_limit(dt_limit) -> None:
-    if not (isinstance(dt_limit, (tuple, list)) and len(dt_limit) == 2 and all(isinstance(d, numbers.Real) for d in dt_limit)):
-        raise TypeError(f"dt_limit must be a pair (min, max) of numbers; got {dt_limit!r}")
-    if not dt_limit[0] <= dt_limit[1]:
-        raise ValueError(f"dt_limit must be (min, max) with min <= max; got {tuple(dt_limit)}")
+__all__ = ["ssd", "process_dt"]
 
 
 def _check(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, dt_limit, varlen=False):
@@ -71,26 +27,26 @@ def _check(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, c
         raise ValueError("return_varlen_states needs cu_seqlens")
     if not isinstance(x, torch.Tensor) or x.dim() != 4:
         raise ValueError(f"x must have shape (batch, seqlen, nheads, headdim); got {tuple(getattr(x, 'shape', ()))}")
-    _check_types(dict(x=x, dt=dt, A=A, B=B, C=C), dict(D=D, z=z, dt_bias=dt_bias, initial_states=initial_states,
+    check_types(dict(x=x, dt=dt, A=A, B=B, C=C), dict(D=D, z=z, dt_bias=dt_bias, initial_states=initial_states,
                                                       seq_idx=seq_idx, cu_seqlens=cu_seqlens))
-    _check_limit(dt_limit)
+    check_limit(dt_limit)
     b, l, h, p = x.shape
-    _shape("dt", dt, (b, l, h))
-    _shape("A", A, (h,))
+    check_shape("dt", dt, (b, l, h))
+    check_shape("A", A, (h,))
     if B.dim() != 4 or B.shape[:2] != (b, l) or C.shape != B.shape:
         raise ValueError(f"B and C must have shape ({b}, {l}, ngroups, dstate); got {tuple(B.shape)} and {tuple(C.shape)}")
     if B.shape[2] == 0 or h % B.shape[2]:
         raise ValueError(f"nheads={h} must be a multiple of ngroups={B.shape[2]}")
     if D is not None and tuple(D.shape) not in ((h,), (h, p)):
         raise ValueError(f"D must have shape ({h},) or ({h}, {p}); got {tuple(D.shape)}")
-    _shape("z", z, x.shape)
-    _shape("dt_bias", dt_bias, (h,))
+    check_shape("z", z, x.shape)
+    check_shape("dt_bias", dt_bias, (h,))
     if not _per_sequence(initial_states, cu_seqlens, b):
-        _shape("initial_states", initial_states, (b, h, p, B.shape[3]))
+        check_shape("initial_states", initial_states, (b, h, p, B.shape[3]))
     elif tuple(initial_states.shape[1:]) != (h, p, B.shape[3]):
         raise ValueError(f"initial_states must have shape ({b}, {h}, {p}, {B.shape[3]}) or, one per packed sequence, "
                          f"({cu_seqlens.numel() - 1}, {h}, {p}, {B.shape[3]}); got {tuple(initial_states.shape)}")
-    _shape("seq_idx", seq_idx, (b, l))
+    check_shape("seq_idx", seq_idx, (b, l))
     check_positive_int(chunk_size, "chunk_size")
     if finite_checks_enabled() and seq_idx is not None and l > 1 and not checked_once(seq_idx, "non-decreasing", _rising):
         raise ValueError("seq_idx must be non-decreasing along the sequence (packed sequences)")
@@ -264,6 +220,8 @@ def ssd(x, dt, A, B, C, chunk_size: int = 256, D=None, z=None, dt_bias=None, ini
     (torch.Size([1, 10, 2, 4]), torch.Size([1, 2, 4, 3]))
     """
     _check(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, dt_limit, return_varlen_states)
+    # the output in x's dtype, as mamba_ssm's (wider real B, C widen the computation only; complex ones the output)
+    x_dtype = x.dtype if not (B.is_complex() or C.is_complex()) else torch.promote_types(x.dtype, B.dtype)
     x, B, C, dtp, log_a = _promoted(x, B, C, process_dt(dt, dt_bias, dt_softplus, dt_limit), A)
     backend, checked = _backend(backend, x, A, dt, dt_bias, log_a, B, C, _dt_nonnegative(dt_softplus, dt_limit))
     chunk = _triton_chunk(chunk_size) if backend == "triton" else torch_chunk(chunk_size, x.device)
@@ -275,7 +233,7 @@ def ssd(x, dt, A, B, C, chunk_size: int = 256, D=None, z=None, dt_bias=None, ini
     carried = None
     if per_sequence:
         out, final, carried = _with_initial_states(out, final, C, log_a, initial_states, cu_seqlens, z, x.dtype)
-    result = [out] + ([final] if return_final_states else [])
+    result = [out.to(x_dtype)] + ([final] if return_final_states else [])
     if return_varlen_states:
         varlen = _varlen_states(x, log_a, B, states[0], cu_seqlens, dtp, seq_idx, chunk)
         result.append(varlen if carried is None else varlen + carried.to(varlen.dtype))
@@ -293,98 +251,3 @@ def _varlen_states(x, log_a, B, chunk_states, cu_seqlens, dtp, seq_idx, chunk: i
     return out
 
 
-def step_backend(backend: str, state, x, B, *inputs) -> str:
-    """The backend ``ssd_step`` runs for ``backend`` (``auto``, ``torch``, ``triton``) on these tensors (heads layout;
-    ``inputs``: the others). ``auto`` takes the torch form where a gradient is wanted: the Triton step has no backward."""
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}; got {backend!r}")
-    real = not any(t.is_complex() for t in (state, x, B)) and torch.float64 not in (state.dtype, x.dtype)
-    if backend == "triton":
-        if not state.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
-            raise ValueError("backend='triton' needs CUDA tensors; use backend='torch' (or 'auto') on the CPU")
-        if not real:
-            raise ValueError("the Triton step computes in float32 on real data; use backend='torch'")
-        return backend
-    if backend == "auto":
-        wanted = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (state, x, B, *inputs))
-        return "triton" if eager_triton(x) and real and eager_triton(state) and not wanted else "torch"
-    return backend
-
-
-def _check_step(state, x, dt, A, B, C, D, z, dt_bias) -> None:
-    """Types, devices and the layout (with or without the heads axis) that ``state`` sets for the others."""
-    _check_types(dict(state=state, x=x, dt=dt, A=A, B=B, C=C), dict(D=D, z=z, dt_bias=dt_bias))
-    if not (state.is_floating_point() or state.is_complex()):  # the new state is written into it
-        raise TypeError(f"state must be a floating tensor (updated in place); got {state.dtype}")
-    if state.dim() not in (3, 4) or x.dim() != state.dim() - 1:
-        raise ValueError(f"state must have shape (batch, nheads, headdim, dstate) with x (batch, nheads, headdim), or "
-                         f"(batch, dim, dstate) with x (batch, dim); got state {tuple(state.shape)} and x {tuple(x.shape)}")
-
-
-def ssd_step(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus: bool = False, *, backend: str = "auto"):
-    """One decoding step with ``selective_state_update``'s arguments; ``state`` is updated in place.
-
-    ``state (batch, nheads, headdim, dstate)``, ``x, dt, z (batch, nheads, headdim)``,
-    ``A (nheads, headdim, dstate)``, ``B, C (batch, ngroups, dstate)``, ``D, dt_bias (nheads, headdim)``
-    (Mamba-2 passes broadcast views of per-head values); the forms without the heads axis
-    (``state (batch, dim, dstate)``, ``x (batch, dim)``, ...) work too. Returns ``out`` like ``x``::
-
-        state <- exp(dt A) state + dt x B^T,    out = (state C + D x) * silu(z)
-
-    ``backend`` (keyword only): ``auto`` runs one Triton kernel for CUDA tensors (not float64 or complex, and no
-    gradient wanted: :mod:`structmat.kernels.ssd_step_triton`) and the torch form below elsewhere; ``torch`` or ``triton``
-    force one. ``O(batch nheads headdim dstate)``.
-
-    Examples
-    --------
-    >>> import torch, structmat as sm
-    >>> state = torch.zeros(1, 2, 3, 4)
-    >>> x, dt = torch.ones(1, 2, 3), torch.full((1, 2, 3), 0.5)
-    >>> A = -torch.ones(2, 3, 4)
-    >>> B = C = torch.ones(1, 1, 4)
-    >>> sm.ssd_step(state, x, dt, A, B, C)[0, 0]
-    tensor([2., 2., 2.])
-    """
-    _check_step(state, x, dt, A, B, C, D, z, dt_bias)
-    heads = state.dim() == 4
-    lift = lambda t, dim: None if t is None else (t if heads else t.unsqueeze(dim))  # noqa: E731
-    st, x_, dt_, A_, B_, C_ = lift(state, 1), lift(x, 1), lift(dt, 1), lift(A, 0), lift(B, 1), lift(C, 1)
-    D_, z_, bias_ = lift(D, 0), lift(z, 1), lift(dt_bias, 0)
-    b, h, p, n = st.shape
-    _shape("x", x_, (b, h, p))
-    _shape("dt", dt_, (b, h, p))
-    _shape("A", A_, (h, p, n))
-    if B_.dim() != 3 or B_.shape[0] != b or B_.shape[2] != n or B_.shape[1] == 0 or h % B_.shape[1] or C_.shape != B_.shape:
-        raise ValueError(f"B and C must have shape ({b}, ngroups, {n}) with nheads={h} a multiple of ngroups; "
-                         f"got {tuple(B_.shape)} and {tuple(C_.shape)}")
-    _shape("D", D_, (h, p))
-    _shape("z", z_, (b, h, p))
-    _shape("dt_bias", bias_, (h, p))
-    run = step_backend(backend, st, x_, B_, dt_, A_, C_, D_, z_, bias_)
-    out = step_unchecked(st, x_, dt_, A_, B_, C_, D_, z_, bias_, dt_softplus, run)
-    return out if heads else out.squeeze(1)
-
-
-def step_unchecked(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus: bool, backend: str) -> torch.Tensor:
-    """:func:`ssd_step` on arguments already checked, in the layout with heads, ``backend`` ``"triton"`` or ``"torch"``
-    (a decoding layer whose own shapes guarantee the arguments calls it once per token: no checks per step)."""
-    if backend == "triton":
-        from structmat.kernels.ssd_step_triton import ssd_step_triton
-
-        return ssd_step_triton(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus)
-    work = torch.float64 if state.dtype == torch.float64 else torch.float32
-    d = dt.to(work) + (0 if dt_bias is None else dt_bias.to(work))
-    d = torch.where(d <= 20.0, F.softplus(d), d) if dt_softplus else d
-    g = state.shape[1] // B.shape[1]
-    Bh, Ch = B.to(work).repeat_interleave(g, dim=1), C.to(work).repeat_interleave(g, dim=1)
-    prev = state.to(work)
-    if prev is state and torch.is_grad_enabled():  # autograd keeps it for the backward; the copy below overwrites state
-        prev = prev.clone()
-    new = torch.exp(d[..., None] * A.to(work)) * prev + (d * x.to(work))[..., None] * Bh[:, :, None, :]
-    state.copy_(new)
-    out = torch.einsum("bhpn,bhn->bhp", new, Ch)
-    if D is not None:
-        out = out + x.to(work) * D.to(work)
-    if z is not None:
-        out = out * F.silu(z.to(work))
-    return out.to(x.dtype)

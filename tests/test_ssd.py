@@ -367,6 +367,48 @@ def test_ssd_step_reproduces_ssd_and_updates_in_place():
         sm.ssd_step(state, t["x"][:, 0], t["dt"].double()[:, 0, :, None].expand(b, h, p), A[:1], t["B"][:, 0], t["C"][:, 0])
 
 
+def test_ssd_step_applies_dt_limit_like_ssd():
+    """``ssd_step(..., dt_limit=)`` clamps after the bias and softplus, so decoding reproduces ``ssd`` with the same
+    limit (``selective_state_update`` has none)."""
+    b, l, h, p, g, n = 2, 9, 4, 3, 2, 5
+    t = inputs(b, l, h, p, g, n, seed=12, dtype=F64, device="cpu")
+    dt, A, bias = t["dt"].double() * 3 - 1, t["A"].double(), t["dt_bias"].double()
+    kw = dict(dt_bias=bias, dt_softplus=True, dt_limit=(0.2, 0.5))
+    out, final = sm.ssd(t["x"], dt, A, t["B"], t["C"], 4, D=t["D"], return_final_states=True, **kw)
+    assert rel(out, reference(t["x"], dt, A, t["B"], t["C"], D=t["D"], **kw)[0]) < 1e-12
+    state = torch.zeros(b, h, p, n, dtype=F64)
+    expand = lambda v: v[:, None].expand(h, p)  # noqa: E731
+    for i in range(l):
+        y = sm.ssd_step(state, t["x"][:, i], dt[:, i, :, None].expand(b, h, p), A[:, None, None].expand(h, p, n),
+                        t["B"][:, i], t["C"][:, i], D=t["D"], dt_bias=expand(bias), dt_softplus=True, dt_limit=(0.2, 0.5))
+        assert rel(y, out[:, i]) < 1e-12
+    assert rel(state, final) < 1e-12
+    with pytest.raises(ValueError, match="dt_limit must be"):
+        sm.ssd_step(state, t["x"][:, 0], dt[:, 0, :, None].expand(b, h, p), A[:, None, None].expand(h, p, n),
+                    t["B"][:, 0], t["C"][:, 0], dt_limit=(0.5, 0.2))
+
+
+def test_output_dtype_is_x_and_integer_inputs_raise():
+    """The output has ``x``'s dtype (as mamba_ssm's ``empty_like(x)``) when ``B, C`` are wider; integer values raise
+    (an integer ``x`` gave ``ssd_step`` an integer output, its values truncated), as does a floating ``seq_idx``."""
+    t = inputs(1, 10, 2, 3, 1, 4, seed=13, device="cpu")
+    x, dt, A, B, C = (t[k] for k in ("x", "dt", "A", "B", "C"))
+    out = sm.ssd(x, dt, A, B.double(), C.double(), 4)
+    want, _ = reference(x.double(), dt.double(), A.double(), B.double(), C.double())
+    assert out.dtype == torch.float32 and rel(out, want) < 1e-6
+    for name, value in (("x", x.long()), ("dt", dt.long()), ("A", A.long()), ("B", B.int()), ("D", torch.ones(2, dtype=torch.long))):
+        kw = dict(x=x, dt=dt, A=A, B=B, C=C)
+        kw[name] = value
+        with pytest.raises(TypeError, match=f"{name} must be a floating-point tensor"):
+            sm.ssd(kw.pop("x"), kw.pop("dt"), kw.pop("A"), kw.pop("B"), kw.pop("C"), 4, **kw)
+    with pytest.raises(TypeError, match="seq_idx must be an integer tensor"):
+        sm.ssd(x, dt, A, B, C, 4, seq_idx=torch.zeros(1, 10))
+    state = torch.zeros(1, 2, 3, 4)
+    with pytest.raises(TypeError, match="x must be a floating-point tensor"):
+        sm.ssd_step(state, torch.ones(1, 2, 3, dtype=torch.long), torch.ones(1, 2, 3), -torch.ones(2, 3, 4),
+                    torch.ones(1, 1, 4), torch.ones(1, 1, 4))
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="bf16 kernel accuracy needs a GPU")
 def test_bf16_gpu_accuracy_against_float64():
     t = inputs(2, 1024, 8, 64, 1, 64, seed=9, dtype=torch.bfloat16)

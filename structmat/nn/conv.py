@@ -60,8 +60,10 @@ def causal_conv_silu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
 
 def conv_step_silu(x_t: torch.Tensor, state: torch.Tensor, weight: torch.Tensor,
                    bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``silu(conv_step(...))`` in ``x_t``'s dtype; one Triton kernel on CUDA (eager), else the torch form."""
-    if eager_triton(x_t) and state.dtype in (x_t.dtype, torch.float32):
+    """``silu(conv_step(...))`` in ``x_t``'s dtype; one Triton kernel on CUDA (eager, no gradient wanted: it has no
+    backward), else the torch form."""
+    wanted = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x_t, state, weight, bias))
+    if eager_triton(x_t) and state.dtype in (x_t.dtype, torch.float32) and not wanted:
         from structmat.kernels.causal_conv_triton import causal_conv_step_triton
 
         return causal_conv_step_triton(x_t, state, weight, bias)
@@ -79,8 +81,11 @@ def last_inputs(x: torch.Tensor, width: int, ends=None) -> torch.Tensor:
 
 
 def conv_step(x_t: torch.Tensor, state: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None):
-    """One token: shift ``x_t (B, D)`` into ``state (B, D, W)`` (in place) and return the convolution ``(B, D)``."""
-    state.copy_(torch.roll(state, shifts=-1, dims=-1))
-    state[:, :, -1] = x_t
-    y = (state * weight.to(state.dtype)).sum(-1)
+    """One token: shift ``x_t (B, D)`` into ``state (B, D, W)`` (in place) and return the convolution ``(B, D)``.
+
+    The window is formed out of place and then written into ``state``: the product keeps the window, not ``state``,
+    for its backward, so a chain of steps differentiates although each overwrites the state."""
+    window = torch.cat([state[..., 1:], x_t[..., None].to(state.dtype)], dim=-1)
+    y = (window * weight.to(state.dtype)).sum(-1)
+    state.copy_(window)
     return y if bias is None else y + bias.to(y.dtype)

@@ -17,7 +17,9 @@ from torch import nn
 from structmat.core.validation import skip_finite_checks
 from structmat.nn.conv import causal_conv_silu, conv_step_silu, last_inputs
 from structmat.nn.norm import GatedRMSNorm
-from structmat.ssd import ssd, step_backend, step_unchecked
+from structmat.ssd import ssd
+from structmat.ssd_arguments import process_dt
+from structmat.ssd_step import step_backend, step_unchecked
 
 __all__ = ["Mamba2", "InferenceParams"]
 
@@ -69,6 +71,8 @@ class Mamba2(nn.Module):
         self.d_model, self.d_state, self.d_conv, self.expand, self.headdim = d_model, d_state, d_conv, expand, headdim
         self.d_inner = expand * d_model
         self.d_ssm = self.d_inner if d_ssm is None else d_ssm
+        if not 0 < self.d_ssm <= self.d_inner:
+            raise ValueError(f"d_ssm must be in [1, expand * d_model = {self.d_inner}]; got {self.d_ssm}")
         if self.d_ssm % headdim:
             raise ValueError(f"d_ssm={self.d_ssm} must be a multiple of headdim={headdim}")
         self.nheads, self.ngroups = self.d_ssm // headdim, ngroups
@@ -130,6 +134,10 @@ class Mamba2(nn.Module):
         is decoded through :meth:`step`."""
         if u.dim() != 3 or u.shape[-1] != self.d_model:
             raise ValueError(f"u must have shape (batch, seqlen, {self.d_model}); got {tuple(u.shape)}")
+        if cu_seqlens is not None:
+            _check_packing(cu_seqlens, u.shape)
+        if seq_idx is not None and tuple(seq_idx.shape) != tuple(u.shape[:2]):
+            raise ValueError(f"seq_idx must have shape {tuple(u.shape[:2])} (batch, seqlen); got {tuple(seq_idx.shape)}")
         if cu_seqlens is not None and seq_idx is None:
             seq_idx = torch.repeat_interleave(torch.arange(cu_seqlens.numel() - 1, device=u.device), cu_seqlens.diff())[None]
         conv_state = ssm_state = None
@@ -165,33 +173,31 @@ class Mamba2(nn.Module):
         h, p, n = self.nheads, self.headdim, self.d_state
         if ssm_state.shape != (u.shape[0], h, p, n):
             raise ValueError(f"ssm_state must have shape ({u.shape[0]}, {h}, {p}, {n}); got {tuple(ssm_state.shape)}")
+        conv = (u.shape[0], self.conv1d.weight.shape[0], self.d_conv)
+        if conv_state.shape != conv:
+            raise ValueError(f"conv_state must have shape {conv}; got {tuple(conv_state.shape)}")
         z0, x0, z, xBC, dt = self._split(self.in_proj(u[:, 0]))
         xBC = conv_step_silu(xBC, conv_state, self.conv1d.weight[:, 0], self.conv1d.bias).to(u.dtype)
         x, B, C = self._ssm_split(xBC)
         x, B, C = x.unflatten(-1, (h, p)), B.unflatten(-1, (self.ngroups, n)), C.unflatten(-1, (self.ngroups, n))
         A, D, dt_bias = self._step_parameters()
+        softplus = True
+        if self.dt_limit != (0.0, math.inf):  # clamped as the forward clamps it (the step's kernel has no limit)
+            dt, dt_bias, softplus = process_dt(dt, self.dt_bias, True, self.dt_limit), None, False
         # the module's own shapes make ssd_step's checks redundant: one per token would cost more than the kernel
         dt, gate = dt[..., None].expand(-1, h, p), None if self.rmsnorm else z.unflatten(-1, (h, p))
         run = step_backend("auto", ssm_state, x, B, dt, A, C, D, gate, dt_bias)  # (any differentiated: torch)
-        y = step_unchecked(ssm_state, x, dt, A, B, C, D, gate, dt_bias, True, run)
+        y = step_unchecked(ssm_state, x, dt, A, B, C, D, gate, dt_bias, softplus, run)
         return self._finish(y.flatten(-2), z, z0, x0)[:, None], conv_state, ssm_state
 
     def _step_parameters(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``A (h, p, n)``, ``D`` and ``dt_bias (h, p)`` as :func:`~structmat.ssd_step` takes them (broadcast views,
-        as mamba_ssm passes them). Without gradients they are kept between steps while the parameters are unchanged
-        (same storage, same version): a decoding step then spends no launch on them."""
-        keep = not (torch.is_grad_enabled() or torch.compiler.is_compiling())  # (a traced step builds its own)
-        key = tuple((t.data_ptr(), t._version) for t in (self.A_log, self.D, self.dt_bias)) if keep else None
-        kept = self.__dict__.get("_kept_step_parameters")
-        if keep and kept is not None and kept[0] == key:
-            return kept[1]
+        as mamba_ssm passes them). ``A`` is computed at every step: a cache keyed on the parameter's version served a
+        stale ``A`` after a write through ``.data`` (which the version does not see)."""
         h, p, n = self.nheads, self.headdim, self.d_state
         per_channel = lambda v: v[:, None].expand(h, p)  # noqa: E731
-        views = (self._A()[:, None, None].expand(h, p, n), self._D() if self.D_has_hdim else per_channel(self.D),
-                 per_channel(self.dt_bias))
-        if keep:
-            self.__dict__["_kept_step_parameters"] = (key, views)
-        return views
+        return (self._A()[:, None, None].expand(h, p, n), self._D() if self.D_has_hdim else per_channel(self.D),
+                per_channel(self.dt_bias))
 
     def allocate_inference_cache(self, batch_size: int, max_seqlen: int, dtype=None, **kwargs):
         """Zero states ``(conv_state (B, conv_dim, d_conv), ssm_state (B, nheads, headdim, d_state))``."""
@@ -213,6 +219,17 @@ class Mamba2(nn.Module):
     def extra_repr(self) -> str:
         return (f"d_model={self.d_model}, d_state={self.d_state}, d_conv={self.d_conv}, expand={self.expand}, "
                 f"headdim={self.headdim}, nheads={self.nheads}, ngroups={self.ngroups}, chunk_size={self.chunk_size}")
+
+
+def _check_packing(cu_seqlens, shape) -> None:
+    """``cu_seqlens``: the packed sequences' bounds in one batch row of ``shape (1, seqlen, d_model)``."""
+    if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2 \
+            or cu_seqlens.is_floating_point() or cu_seqlens.dtype == torch.bool:
+        raise ValueError(f"cu_seqlens must be an integer tensor (num_seqs + 1,); got {getattr(cu_seqlens, 'shape', None)}")
+    if shape[0] != 1:
+        raise ValueError(f"cu_seqlens packs sequences into one batch row: u must have batch 1; got {tuple(shape)}")
+    if cu_seqlens[0].item() != 0 or cu_seqlens[-1].item() != shape[1] or bool((cu_seqlens.diff() < 0).any()):
+        raise ValueError(f"cu_seqlens must start at 0, not decrease and end at seqlen={shape[1]}; got {cu_seqlens.tolist()}")
 
 
 def _dt_bias_init(nheads: int, dt_min: float, dt_max: float, floor: float, device=None, dtype=None) -> torch.Tensor:

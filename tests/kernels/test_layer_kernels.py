@@ -16,7 +16,7 @@ from structmat.kernels.causal_conv_triton import causal_conv_silu_triton, causal
 from structmat.kernels.gated_norm_triton import gated_rms_norm_triton
 from structmat.nn.conv import causal_conv1d, conv_step
 from structmat.nn.norm import GatedRMSNorm
-from structmat.ssd import ssd_step
+from structmat.ssd_step import ssd_step
 
 DTYPES = [torch.float32] + ([torch.bfloat16] if DEV == "cuda" else [])
 TOL = {torch.float32: 2e-5, torch.bfloat16: 2e-2}

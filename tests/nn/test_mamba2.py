@@ -112,6 +112,60 @@ def test_decoding_follows_parameter_updates_and_differentiates_them():
         block.step(u, conv_state, ssm_state[:1])
 
 
+def test_decoding_sees_writes_through_data_and_runs_in_inference_mode():
+    """An in-place write through ``.data`` (old-style EMA or weight copies) bumps no version counter: decoding must
+    still use the new ``A`` (a cache keyed on the version served the old one: 6e-3 off). A block made inside
+    ``inference_mode`` decodes (reading an inference tensor's version raised)."""
+    _, block = pair(seed=6)
+    u = torch.randn(2, 4, 16, dtype=F64)
+
+    def decode():
+        states = block.allocate_inference_cache(2, 4, dtype=F64)
+        return torch.cat([block.step(u[:, t : t + 1], *states)[0] for t in range(4)], 1)
+
+    with torch.no_grad():
+        decode()
+        block.A_log.data.add_(1.0)
+        block.dt_bias.data.mul_(0.5)
+        assert rel(decode(), block(u)) < 1e-10
+    with torch.inference_mode():
+        made = Mamba2(d_model=16, d_state=6, headdim=8, ngroups=2, chunk_size=4).double()
+        states = made.allocate_inference_cache(2, 4, dtype=F64)
+        steps = torch.cat([made.step(u[:, t : t + 1], *states)[0] for t in range(4)], 1)
+        assert rel(steps, made(u)) < 1e-10
+
+
+def test_decoding_applies_dt_limit_and_differentiates_through_steps():
+    """The step clamps ``dt`` to the block's ``dt_limit`` as the forward does (mamba_ssm's step does not: 0.42 off with
+    random weights), through the cache too; gradients through several steps equal those of the forward (each step
+    overwrote the convolution state that the previous one kept for its backward)."""
+    _, block = pair(seed=7)
+    block.dt_limit = (0.2, 0.5)
+    u = torch.randn(2, 6, 16, dtype=F64)
+    with torch.no_grad():
+        full = block(u)
+        states = block.allocate_inference_cache(2, 6, dtype=F64)
+        assert rel(torch.cat([block.step(u[:, t : t + 1], *states)[0] for t in range(6)], 1), full) < 1e-10
+        params = InferenceParams(max_seqlen=6, max_batch_size=2)
+        block(u[:, :3], inference_params=params)
+        params.seqlen_offset = 3
+        tail = torch.cat([block(u[:, t : t + 1], inference_params=params) for t in range(3, 6)], 1)
+        assert rel(tail, full[:, 3:]) < 1e-10
+    grads = []
+    for decode in (False, True):
+        block.zero_grad()
+        leaf = u.clone().requires_grad_()
+        if decode:
+            states = block.allocate_inference_cache(2, 6, dtype=F64)
+            out = torch.cat([block.step(leaf[:, t : t + 1], *states)[0] for t in range(6)], 1)
+        else:
+            out = block(leaf)
+        (out * torch.linspace(-1, 1, 16, dtype=F64)).sum().backward()
+        grads.append([leaf.grad] + [p.grad.clone() for p in block.parameters()])
+    for got, want in zip(grads[1], grads[0]):
+        assert rel(got, want) < 1e-10
+
+
 def test_prefill_fills_the_cache_then_decoding_continues():
     _, block = pair(seed=3)
     u = torch.randn(2, 12, 16, dtype=F64)
@@ -159,4 +213,15 @@ def test_variants_gradcheck_and_errors():
         Mamba2(d_model=10, headdim=3)
     with pytest.raises(ValueError, match="step decodes one token"):
         block.step(torch.randn(1, 2, 4, dtype=F64), *block.allocate_inference_cache(1, 2))
+    conv_state, ssm_state = block.allocate_inference_cache(1, 2, dtype=F64)
+    with pytest.raises(ValueError, match=r"conv_state must have shape \(1, 12, 4\)"):
+        block.step(torch.randn(1, 1, 4, dtype=F64), conv_state[..., :3], ssm_state)
+    with pytest.raises(ValueError, match="u must have batch 1"):
+        block(torch.randn(2, 5, 4, dtype=F64), cu_seqlens=torch.tensor([0, 2, 5]))
+    with pytest.raises(ValueError, match="end at seqlen=5"):
+        block(torch.randn(1, 5, 4, dtype=F64), cu_seqlens=torch.tensor([0, 2, 4]))
+    with pytest.raises(ValueError, match=r"seq_idx must have shape \(1, 5\)"):
+        block(torch.randn(1, 5, 4, dtype=F64), seq_idx=torch.zeros(5, dtype=torch.long))
+    with pytest.raises(ValueError, match="d_ssm must be in"):
+        Mamba2(d_model=4, headdim=2, d_ssm=16)
     assert math.isclose(block.norm.eps, 1e-5)

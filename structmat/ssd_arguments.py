@@ -1,0 +1,63 @@
+"""The arguments :func:`~structmat.ssd` and :func:`~structmat.ssd_step` share: ``dt``'s processing (bias,
+softplus, limit), the backends, and the checks of types, devices, dtypes and shapes with errors naming the argument.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import torch
+import torch.nn.functional as F
+
+from structmat.core.validation import check_same_device, check_tensor
+
+__all__ = ["BACKENDS", "process_dt", "check_shape", "check_types", "check_limit"]
+
+BACKENDS = ("auto", "torch", "triton")
+
+
+def process_dt(dt, dt_bias=None, dt_softplus=False, dt_limit=(0.0, math.inf)) -> torch.Tensor:
+    """``dt + dt_bias``, then ``softplus`` (identity above 20, as Mamba-2), then clamped to ``dt_limit``;
+    float32 (float64 stays float64)."""
+    work = torch.float64 if dt.dtype == torch.float64 else torch.float32
+    dt = dt.to(work)
+    if dt_bias is not None:
+        dt = dt + dt_bias.to(work)
+    if dt_softplus:
+        dt = torch.where(dt <= 20.0, F.softplus(dt), dt)
+    if tuple(dt_limit) != (0.0, math.inf):
+        dt = dt.clamp(min=dt_limit[0], max=dt_limit[1])
+    return dt
+
+
+def check_shape(name: str, t, shape) -> None:
+    if t is not None and tuple(t.shape) != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)}; got {tuple(t.shape)}")
+
+
+#: Arguments holding indices (integer tensors); every other tensor argument holds values (floating or complex).
+_INDEX_ARGUMENTS = ("seq_idx", "cu_seqlens")
+
+
+def check_types(required: dict, optional: dict) -> None:
+    """Every argument a tensor (the optional ones may be None) on the device of the first, of a floating or complex
+    dtype (an integer ``x`` would give an integer output, its values truncated), or an integer one for indices."""
+    first_name, first = next(iter(required.items()))
+    for name, t in (*required.items(), *optional.items()):
+        check_tensor(t, name, optional=name in optional)
+        if t is None:
+            continue
+        check_same_device(t, name, first, first_name)
+        if name in _INDEX_ARGUMENTS:
+            if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
+                raise TypeError(f"{name} must be an integer tensor; got {t.dtype}")
+        elif not (t.is_floating_point() or t.is_complex()):
+            raise TypeError(f"{name} must be a floating-point tensor; got {t.dtype}")
+
+
+def check_limit(dt_limit) -> None:
+    if not (isinstance(dt_limit, (tuple, list)) and len(dt_limit) == 2 and all(isinstance(d, numbers.Real) for d in dt_limit)):
+        raise TypeError(f"dt_limit must be a pair (min, max) of numbers; got {dt_limit!r}")
+    if not dt_limit[0] <= dt_limit[1]:
+        raise ValueError(f"dt_limit must be (min, max) with min <= max; got {tuple(dt_limit)}")
