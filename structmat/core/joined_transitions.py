@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from structmat.core.joins import join_states, pad, same_batch
-from structmat.core.small import in_place_version
+from structmat.core.small import in_place_stamp, unchanged
 from structmat.core.transitions import Transitions, carries_gradient
 from structmat.core.validation import check_finite
 
@@ -60,8 +60,7 @@ class BlockDiagonal(Transitions):
 
     @property
     def values(self) -> torch.Tensor:
-        versions = tuple(in_place_version(b) for b in self.blocks)
-        if self._kept is not None and self._kept[1] == versions and self._usable(self._kept[0]):
+        if self._kept is not None and all(map(unchanged, self.blocks, self._kept[1])) and self._usable(self._kept[0]):
             return self._kept[0]
         sizes = [b.shape[-1] for b in self.blocks]
         n, before = sum(sizes), 0
@@ -70,7 +69,7 @@ class BlockDiagonal(Transitions):
             rows.append(pad(block, (before, n - before - size)))
             before += size
         values = torch.cat(rows, -2)
-        self._kept = (values, versions)
+        self._kept = (values, tuple(in_place_stamp(b) for b in self.blocks))
         return values
 
     def _usable(self, values: torch.Tensor) -> bool:

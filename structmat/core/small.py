@@ -9,7 +9,8 @@ multiply-adds, the dense form is built once (``to_dense()``) and kept with the i
 Never for a large matrix (the bound is on the entries, so memory stays below 512 KiB in float64), never
 where a gradient is wanted (a kept tensor carries no graph: those calls take the structured path), never
 while ``torch.compile`` traces, and only on the CPU (where the crossover was measured). A parameter changed
-in place after the form was built (its ``_version`` moved) drops the form.
+in place after the form was built (its ``_version`` moved; an inference tensor's values compared) drops the form. A
+write through ``.data`` moves no version counter (autograd does not see it either): build the matrix again after one.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import torch
 from structmat.core.host import host
 from structmat.core.validation import SingularMatrixError, finite_checks_enabled
 
-__all__ = ["DENSE_MAX_ENTRIES", "DENSE_MAX_WORK", "dense_form", "dense_solve", "in_place_version", "keep", "keep_when_used",
+__all__ = ["DENSE_MAX_ENTRIES", "DENSE_MAX_WORK", "dense_form", "dense_solve", "in_place_stamp", "keep", "keep_when_used",
            "vector_solve"]
 
 #: Most entries (``T * S`` times the batch) of a matrix whose products and solves run through its kept
@@ -45,7 +46,7 @@ DENSE_MAX_WORK = 256 * 256 * 64
 @dataclass(eq=False)
 class _Kept:
     """What an instance keeps (by key: its dense form by dtype, factors, bands), and its parameters with their
-    versions when it was kept."""
+    stamps (:func:`in_place_stamp`) when it was kept."""
 
     params: list[tuple[torch.Tensor, int]]
     values: dict = field(default_factory=dict)
@@ -79,9 +80,16 @@ def _applies(M, X: torch.Tensor) -> bool:
     return M.device.type == "cpu" and not torch.compiler.is_compiling()
 
 
-def in_place_version(p: torch.Tensor) -> int | None:
-    """The in-place version counter (inference tensors have none: None)."""
-    return None if p.is_inference() else p._version
+def in_place_stamp(p: torch.Tensor) -> int | torch.Tensor:
+    """What tells a later use whether ``p`` was changed in place: its version counter, or, for an inference tensor
+    (which has none), a copy of its values (compared by :func:`unchanged`; a kept form built from an inference
+    tensor and reused after the tensor was changed gave the old products and solves)."""
+    return p.clone() if p.is_inference() else p._version
+
+
+def unchanged(p: torch.Tensor, stamp: int | torch.Tensor) -> bool:
+    """Whether ``p`` is as it was when :func:`in_place_stamp` gave ``stamp``."""
+    return torch.equal(p, stamp) if isinstance(stamp, torch.Tensor) else p._version == stamp
 
 
 def _record(M) -> _Kept | None:
@@ -90,8 +98,8 @@ def _record(M) -> _Kept | None:
     kept = M.__dict__.get("_small")
     grad = torch.is_grad_enabled()
     if kept is not None:
-        for p, version in kept.params:
-            if version is not None and p._version != version:
+        for p, stamp in kept.params:
+            if not unchanged(p, stamp):
                 kept = None
                 break
             if grad and p.requires_grad:
@@ -101,7 +109,7 @@ def _record(M) -> _Kept | None:
     params = _tensors(M, [], set())
     if grad and any(p.requires_grad for p in params):
         return None
-    M._small = _Kept([(p, in_place_version(p)) for p in _distinct(params)])
+    M._small = _Kept([(p, in_place_stamp(p)) for p in _distinct(params)])
     return M._small
 
 
@@ -178,8 +186,8 @@ def dense_solve(M, Y: torch.Tensor, triangle: str | None, singular: str) -> torc
         return None
     values = M._small.values
     if ("factors", Y.dtype) not in values:
-        if triangle is None:
-            LU, pivots, info = torch.linalg.lu_factor_ex(A)
+        if triangle is None:  # (kept: built outside inference mode, as the form, for a later call's backward)
+            LU, pivots, info = _built(lambda: torch.linalg.lu_factor_ex(A))
             values[("factors", Y.dtype)] = (LU, pivots, bool((info != 0).any()))
         else:
             values[("factors", Y.dtype)] = (None, None, bool((A.diagonal(0, -2, -1) == 0).any()))

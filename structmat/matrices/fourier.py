@@ -8,7 +8,7 @@ import torch
 
 from structmat.core.base import StructuredMatrix
 from structmat.core.dtypes import complex_dtype, real_dtype
-from structmat.core.validation import as_tensor, check_dtype, check_finite
+from structmat.core.validation import as_tensor, check_dtype, check_finite, finite_checks_enabled
 from structmat.linalg.spectral import circular_apply, compute_dtype
 from structmat.linalg.toeplitz_dense import circulant_dense
 from structmat.matrices.toeplitz import Toeplitz
@@ -34,6 +34,18 @@ def _sequence(x, name: str, dtype, device) -> tuple[torch.Tensor, torch.dtype | 
         raise ValueError(f"{name} must have shape (*, T); got a scalar")
     check_finite(x, name)
     return x, dtype, x.dtype if dtype is None else dtype
+
+
+#: How far (in units of ``eps * max|eigvals|``) an explicitly real spectrum may be from conjugate symmetry: the
+#: rounding of spectra computed in a dtype (products, sums, rescaling), not a different kernel.
+REAL_SPECTRUM_TOL = 1000
+
+
+def _symmetric(lam: torch.Tensor, ulps: float) -> bool:
+    """Whether ``lam[k] == conj(lam[-k])`` to ``ulps`` units of ``eps * max|lam|`` (one host read)."""
+    scale = lam.abs().amax() if lam.numel() else torch.zeros((), device=lam.device)
+    gap = (lam - _reverse_spectrum(lam).conj()).abs().amax() if lam.numel() else scale
+    return bool(gap <= ulps * torch.finfo(lam.real.dtype).eps * scale)
 
 
 class Fourier(StructuredMatrix):
@@ -86,6 +98,10 @@ class Fourier(StructuredMatrix):
         if real is None:  # conjugate-symmetric spectrum <=> real kernel (a complex dtype asks for a complex matrix)
             real = not precision.is_complex or dtype is None
             real = real and bool(torch.allclose(lam, _reverse_spectrum(lam).conj(), atol=0, rtol=10 * torch.finfo(lam.real.dtype).eps))
+        elif real and finite_checks_enabled() and not _symmetric(lam, REAL_SPECTRUM_TOL):
+            # (inv() and products use the spectrum as given, entries and solves its real kernel: they would disagree)
+            raise ValueError("real=True needs a conjugate-symmetric spectrum, eigvals[k] == conj(eigvals[-k]); got "
+                             "eigvals that are not (leave real unset, or pass fft of a real kernel)")
         self.eigvals = lam
         self.real = bool(real)
         precision = real_dtype(precision)

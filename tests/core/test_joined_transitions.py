@@ -82,6 +82,17 @@ def test_values_are_kept_and_written_again_after_an_in_place_change():
     assert A.values is not first
 
 
+def test_inference_blocks_changed_in_place_are_written_again():
+    """Inference tensors have no version counter: the kept values compare the blocks' values instead."""
+    with torch.inference_mode():
+        a, b = randn(5, 2, 2, seed=1), randn(5, 3, 3, seed=2)
+        A = block_diagonal(sm.Transitions(a, "dense"), sm.Transitions(b, "dense"), 2, 3)
+        first = A.values
+        assert A.values is first
+        b.add_(1.0)
+        close(A.values, _by_hand([a, b], (), 5), rtol=0, atol=0)
+
+
 def test_a_sum_of_matrices_sees_its_operands_transitions_changed_in_place():
     """``S = M1 + M2`` keeps ``M1``'s dense transitions as a block: a change to them in place shows in ``S`` (its
     kept dense form included), as the sum of the changed ``M1`` and ``M2``."""
