@@ -192,6 +192,12 @@ class StructuredMatrix(abc.ABC):
             return NotImplemented
         return _binary("add", self, other)
 
+    def __radd__(self, other: Any):
+        """``0 + M`` is ``M``: Python's ``sum`` of matrices starts from the integer 0."""
+        if isinstance(other, int) and not isinstance(other, bool) and other == 0:
+            return self
+        return NotImplemented
+
     def __sub__(self, other: Any):
         if not isinstance(other, StructuredMatrix):
             return NotImplemented
@@ -277,6 +283,9 @@ class StructuredMatrix(abc.ABC):
         return self.to(torch.complex64 if self.dtype.is_complex else torch.float32)
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        if copy is False:  # (numpy 2's protocol: the entries are computed, never a view of stored data)
+            raise ValueError(f"a {type(self).__name__} has no array to view: its entries are computed "
+                             "(np.asarray(M) or copy=None)")
         out = host(self.to_dense().cpu())
         return out.astype(dtype) if dtype is not None else out
 

@@ -82,3 +82,16 @@ def test_skip_finite_checks_is_scoped():
     assert isinstance(M, sm.OneSS)
     with pytest.raises(ValueError, match="log_a must be finite"):
         sm.OneSS(torch.tensor([0.0, float("nan")]))
+
+
+def test_python_sum_and_numpy_copy_protocol():
+    """``sum([M1, M2])`` starts from the integer 0 (it raised ``TypeError``); numpy 2's ``copy=False`` asks for a view,
+    which a matrix of computed entries cannot give (it made a copy silently)."""
+    a = sm.OneSS.from_decays(torch.rand(4, dtype=torch.float64))
+    b = sm.Diagonal(torch.ones(4, dtype=torch.float64))
+    assert torch.allclose(sum([a, b]).to_dense(), a.to_dense() + b.to_dense())
+    with pytest.raises(TypeError):
+        1 + a
+    assert np.asarray(a).shape == (4, 4)
+    with pytest.raises(ValueError, match="no array to view"):
+        np.array(a, copy=False)
