@@ -4,9 +4,11 @@ Two sweeps of the same step: a forward *reachability* sweep keeps, at each ``t``
 basis ``V_t`` of the reachable states (the range of the reachability Gramian) and projects the state onto it
 (``A'_t = V_t^H A_t V_{t-1}``, ``B'_t = V_t^H B_t``, ``C'_t = V_t^T C_t``); the *observability*
 sweep is the reachability sweep of the flipped transpose ``J M^T J``, flipped back. The bases carry
-their weights (square roots of the Gramians), so directions are dropped by their actual size, not
-by their size after renormalisation. Exact up to the weights dropped below ``tol``. Cost ``O(T N^3)``: the square
-roots of every step's Gramian by a blocked scan (:mod:`structmat.linalg.gramian_factors`), then one batched SVD.
+their weights (square roots of the Gramians), so directions are dropped by their actual size, not by their size
+after renormalisation; the observability sweep also measures them against the unreduced states' weights at the same
+step, so a part that cancels (``S - S``) drops to order 0. Exact up to the weights dropped below ``tol``. Cost
+``O(T N^3)``: the square roots of every step's Gramian by a blocked scan (:mod:`structmat.linalg.gramian_factors`),
+then one batched SVD per sweep.
 """
 
 from __future__ import annotations
@@ -21,22 +23,30 @@ from structmat.linalg.semiseparable import Generators
 __all__ = ["minimal_realization"]
 
 
-def _reachability_sweep(A: torch.Tensor, B: torch.Tensor, C: torch.Tensor, tol: float):
+def _reachability_sweep(A: torch.Tensor, B: torch.Tensor, C: torch.Tensor, tol: float, floor: torch.Tensor | None = None):
     """One sweep on dense ``A (*, T, N, N)``; returns the reduced ``(A', B', C')`` padded to the largest rank.
 
     The basis ``V_t`` of each step is that of the square root ``S_t`` of the reachability Gramian
     (:func:`~structmat.linalg.gramian_factors.reachability_factors`, all steps at once): a direction is kept while its
     weight (singular value of ``S_t``) is above ``tol`` times the largest, so rounding noise stays at its own small
-    weight even where an unstable ``A`` amplifies every direction. Each step keeps the largest rank over the batch
-    (at least 1); the columns beyond it are zeros."""
+    weight even where an unstable ``A`` amplifies every direction; and, with ``floor (*, T)``, above ``tol`` times
+    ``floor``: the largest weight of the same step before an earlier sweep reduced the states, which sees a part that
+    the reduction left as rounding noise at every step (``S - S``). Each step keeps the largest rank over the batch;
+    the columns beyond it are zeros."""
     T = B.shape[-2]
     U, s, _ = torch.linalg.svd(reachability_factors(A, B[..., None]))  # one batched SVD of every step's factor
-    kept = (s > tol * s[..., :1].clamp_min(torch.finfo(s.dtype).tiny)).sum(-1)
-    ranks = kept.reshape(-1, T).amax(0).clamp_min(1)  # (T,)
-    r_max = int(ranks.max())
+    scale = s[..., :1] if floor is None else torch.maximum(s[..., :1], floor[..., None])
+    kept = (s > tol * scale.clamp_min(torch.finfo(s.dtype).tiny)).sum(-1)
+    ranks = kept.reshape(-1, T).amax(0)  # (T,)
+    r_max = int(ranks.max()) if T else 0
     Vs = U[..., :r_max] * (torch.arange(r_max, device=U.device) < ranks[:, None])[:, None, :]  # (*, T, N, r)
     V_prev = torch.cat([torch.zeros_like(Vs[..., :1, :, :]), Vs[..., :-1, :, :]], dim=-3)
     return Vs.mH @ A @ V_prev, (Vs.mH @ B[..., None])[..., 0], (Vs.mT @ C[..., None])[..., 0]
+
+
+def _largest_weights(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+    """The largest singular value of each step's reachability factor ``(*, T)``."""
+    return torch.linalg.matrix_norm(reachability_factors(A, B[..., None]), ord=2)
 
 
 def minimal_realization(G: Generators, tol: float | None = None) -> Generators:
@@ -66,8 +76,10 @@ def minimal_realization(G: Generators, tol: float | None = None) -> Generators:
     batch = G.batch_shape
     A = G.A.matrices(G.order, dtype).expand(*batch, G.length, G.order, G.order)
     B, C = G.B.expand(*batch, *G.B.shape[-2:]), G.C.expand(*batch, *G.C.shape[-2:])
-    for _ in range(2):  # reachability, then reachability of the flipped transpose (observability)
-        A, B, C = _reachability_sweep(A, B, C, tol)
+    original = Generators(Transitions(A, "dense"), B, C).flipped()
+    floors = (None, _largest_weights(original.A.values, original.B))  # the observability of the unreduced states
+    for floor in floors:  # reachability, then reachability of the flipped transpose (observability)
+        A, B, C = _reachability_sweep(A, B, C, tol, floor)
         flipped = Generators(Transitions(A, "dense"), B, C).flipped()
         A, B, C = flipped.A.values, flipped.B, flipped.C
     transitions = Transitions(A[..., 0, 0], "scalar") if A.shape[-1] == 1 else Transitions(A, "dense")

@@ -262,9 +262,7 @@ class SSS(StructuredMatrix):
     def compress(self, tol: float | None = None) -> SSS:
         """Equivalent SSS of minimal order (:func:`structmat.linalg.realization.minimal_realization`).
 
-        Each sweep drops a state by its weight relative to the largest of its own step, so where the strictly lower
-        part cancels to rounding noise (``S - S``, ``S @ S.inv()``) the noise keeps some states: the numbers stay
-        right, the order is not minimal there (``tests/fuzz/DEFECTS.md``, D49).
+        A strictly lower part that cancels to rounding noise (``S - S``, ``S @ S.inv()``) keeps no state: order 0.
 
         Examples
         --------

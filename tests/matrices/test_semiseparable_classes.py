@@ -224,3 +224,24 @@ def test_bidiagonal_batches_broadcast_between_diag_and_sub():
         assert M.shape == (2, T, T) and torch.equal(M.to_dense(), want)
         S = (sm.Bidiagonal(torch.ones(T, dtype=torch.float64), s) + sm.Diagonal(d)) * 2.0
         assert torch.allclose(S.to_dense(), 2 * (torch.eye(T, dtype=torch.float64) + want))
+
+
+def test_compress_drops_a_strict_part_that_cancels():
+    """Where the strictly lower part cancels to rounding noise, the noise keeps no state (each sweep's cutoff was
+    relative to its own step only, and one state was always kept: ``(S - S).compress().order`` was 3, D49): order 0,
+    as ``semiseparable_rank`` says; a part that survives keeps its order and its values."""
+    g = torch.Generator().manual_seed(11)
+    r = lambda *s: torch.rand(*s, generator=g, dtype=F64)  # noqa: E731
+    a, b = sm.SSS(r(12, 2), r(12, 2), r(12, 2)), sm.SSS(r(12, 3), r(12, 3), r(12, 3))
+    x = torch.randn(12, 2, generator=g, dtype=F64)
+    for M in (a - a, sm.OneSS.from_decays(r(12)) * 2 - sm.OneSS.from_decays(r(12)) * 0, b - b):
+        want = sm.semiseparable_rank(M, strict=True)
+        assert M.compress().order == want
+        close(M.compress() @ x, M.to_dense() @ x)
+    S = sm.SSS(r(9, 3, 3) * 0.5, r(9, 3), r(9, 3), D=r(9) + 1)
+    identity = (S @ S.inv()).compress(1e-8)
+    assert identity.order == 0
+    close(identity.to_dense(), torch.eye(9, dtype=F64), atol=1e-12)
+    kept = ((a + b) - b).compress()
+    assert kept.order == 2
+    close(kept @ x, a @ x)
