@@ -264,8 +264,19 @@ class StructuredMatrix(abc.ABC):
         """Conjugate transpose."""
         return self.T.conj() if self.dtype.is_complex else self.T
 
+    # torch's names for the transposes of the last two dimensions (``.T`` here already is one)
+    mT = T
+    mH = H
+
     def conj(self) -> StructuredMatrix:
         return self._map(torch.conj) if self.dtype.is_complex else self
+
+    def detach(self) -> StructuredMatrix:
+        """The same matrix with every parameter detached from the autograd graph (``torch.Tensor.detach``)."""
+        return self._map(torch.Tensor.detach)
+
+    def cpu(self) -> StructuredMatrix:
+        return self.to("cpu")
 
     def to(self, *args, **kwargs) -> StructuredMatrix:
         """Like ``torch.Tensor.to``: move every parameter to a floating or complex dtype and/or a device

@@ -95,3 +95,15 @@ def test_python_sum_and_numpy_copy_protocol():
     assert np.asarray(a).shape == (4, 4)
     with pytest.raises(ValueError, match="no array to view"):
         np.array(a, copy=False)
+
+
+def test_torch_names_detach_cpu_and_matrix_transposes():
+    """``.mT``, ``.mH``, ``.detach()`` and ``.cpu()`` as on a tensor (the transposes of the last two dimensions)."""
+    a = -torch.rand(2, 5, dtype=torch.float64, requires_grad=True)
+    c = torch.rand(2, 5, dtype=torch.complex128, requires_grad=True)
+    for M in (sm.OneSS(a, c=c), sm.Toeplitz.causal(c) + sm.Fourier.from_kernel(c)):
+        dense = M.to_dense()
+        assert torch.equal(M.mT.to_dense(), dense.mT) and torch.equal(M.mH.to_dense(), dense.mH)
+        detached = M.detach()
+        assert not detached.to_dense().requires_grad and torch.equal(detached.to_dense(), dense.detach())
+        assert M.cpu().device.type == "cpu"
