@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from structmat.attention.heads import check_qkv, expand_heads, mask_as_bh
+from structmat.attention.heads import check_mask, check_qkv, expand_heads, mask_as_bh, result_dtype
 from structmat.core.base import StructuredMatrix
 from structmat.core.transitions import Transitions
 from structmat.core.validation import check_scalar, check_tensor
@@ -91,7 +91,8 @@ def sma_step(state, q_t, k_t, v_t, A, B_t, C_t, D_t=None, *, scale: float = 1.0)
     y = torch.einsum("bhm,bhmnp,bhn->bhp", C_t.expand(*batch, -1).to(dtype), past, q.to(dtype))
     y = y + D.expand(batch)[..., None].to(dtype) * (q * k).sum(-1, keepdim=True).to(dtype) * v.to(dtype)
     state = past + B_t.expand(*batch, -1).to(dtype)[..., None, None] * kv.to(dtype)[:, :, None]
-    return (y * scale if y.is_complex() else (y * scale).to(v.dtype)), state
+    activations = torch.promote_types(torch.promote_types(q_t.dtype, k_t.dtype), v_t.dtype)
+    return (y * scale).to(result_dtype(activations, torch.promote_types(B_t.dtype, C_t.dtype))), state
 
 
 def sma_state(k, v, mask: StructuredMatrix) -> torch.Tensor:
@@ -108,6 +109,7 @@ def sma_state(k, v, mask: StructuredMatrix) -> torch.Tensor:
     tensor([1.7500])
     """
     check_qkv(k, k, v)
+    check_mask(mask, k.shape[1], k.shape[1], k.shape[0], v.shape[2], k.device)
     M = mask_as_bh(_lower_sss(mask), k.shape[0], v.shape[2])
     _, k, v = expand_heads(k, k, v)
     Bsz, T, H, N = k.shape
@@ -143,6 +145,11 @@ class SMADecoder:
         self.scale = check_scalar(scale, "scale", real=True)
         if not 0 <= self.t <= self.mask.shape[-2]:
             raise ValueError(f"start must be in [0, T={self.mask.shape[-2]}]; got {start}")
+        if state is not None:
+            check_tensor(state, "state", "a tensor (B, H, n, N, P)")
+            if state.dim() != 5 or state.shape[2] != self.mask.order:
+                raise ValueError(f"state must have shape (B, H, n={self.mask.order}, N, P), as sma_state gives; got "
+                                 f"{tuple(state.shape)}")
 
     def step(self, q_t: torch.Tensor, k_t: torch.Tensor, v_t: torch.Tensor) -> torch.Tensor:
         """One token: ``q_t (B, H|Hk, N)``, ``k_t (B, Hk, N)``, ``v_t (B, H, P)`` -> ``y_t (B, H, P)``."""

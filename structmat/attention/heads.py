@@ -8,8 +8,8 @@ from structmat.attention.tuning import Tuning
 from structmat.core.base import StructuredMatrix
 from structmat.core.validation import check_matrix, check_same_device, trusted_parameters
 
-__all__ = ["check_qkv", "check_mask", "expand_heads", "mask_to_bh", "mask_as_bh", "out_dtype", "add_diagonal", "time_blocks",
-           "time_tile"]
+__all__ = ["LOW_PRECISION", "result_dtype", "check_qkv", "check_mask", "expand_heads", "mask_to_bh", "mask_as_bh",
+           "out_dtype", "add_diagonal", "time_blocks", "time_tile"]
 
 
 def _shape_of(name: str, t, shapes: bool) -> tuple[int, ...]:
@@ -86,6 +86,18 @@ def mask_as_bh(mask: StructuredMatrix, B: int, H: int) -> StructuredMatrix:
         return mask
     with trusted_parameters():  # the same values: nothing to check again
         return mask._map(lambda t: t.reshape(*(1,) * extra, *t.shape) if t.dim() > 0 else t)
+
+
+#: Activations' dtypes that accumulate in float32 and come back in their own dtype beside a real mask.
+LOW_PRECISION = (torch.bfloat16, torch.float16)
+
+
+def result_dtype(activations: torch.dtype, mask: torch.dtype) -> torch.dtype:
+    """The output dtype of :func:`~structmat.sma` and of its decoding: the promotion of the activations' and the
+    mask's, but 16-bit activations stay 16-bit beside a real mask."""
+    if activations in LOW_PRECISION and not mask.is_complex:
+        return activations
+    return torch.promote_types(activations, mask)
 
 
 def out_dtype(q, k, v, mask: StructuredMatrix) -> torch.dtype:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from structmat.attention.heads import check_mask, check_qkv, expand_heads
+from structmat.attention.heads import LOW_PRECISION, check_mask, check_qkv, expand_heads, result_dtype
 from structmat.attention.orders import ORDERS, admissible
 from structmat.attention.plan import plan_checked
 from structmat.attention.tuning import Tuning, tuning_for
@@ -12,17 +12,6 @@ from structmat.core.base import StructuredMatrix
 from structmat.core.validation import check_positive_int, check_scalar
 
 __all__ = ["sma"]
-
-_LOW_PRECISION = (torch.bfloat16, torch.float16)
-
-
-def _result_dtype(activations: torch.dtype, mask: torch.dtype) -> torch.dtype:
-    """The output dtype: the promotion of the activations' and the mask's, but 16-bit activations stay 16-bit
-    beside a real mask (see :func:`sma`'s Returns)."""
-    if activations in _LOW_PRECISION and not mask.is_complex:
-        return activations
-    return torch.promote_types(activations, mask)
-
 
 def sma(q, k, v, mask: StructuredMatrix, *, order: str = "auto", scale: float = 1.0, chunk: int | None = None,
         tuning: Tuning | None = None) -> torch.Tensor:
@@ -74,13 +63,13 @@ def sma(q, k, v, mask: StructuredMatrix, *, order: str = "auto", scale: float = 
     if order != "auto" and (order not in ORDERS or not ORDERS[order].admissible(mask)):
         raise ValueError(f"order {order!r} is not admissible for {type(mask).__name__}; choose from {admissible(mask)}")
     dtype = torch.promote_types(torch.promote_types(q.dtype, k.dtype), v.dtype)
-    result = _result_dtype(dtype, mask.dtype)
+    result = result_dtype(dtype, mask.dtype)
     if 0 in (q.shape[0], T, S, q.shape[2], q.shape[3], v.shape[3]):  # nothing to contract: zeros of the right shape
         return v.new_zeros(q.shape[0], T, q.shape[2], v.shape[3], dtype=result)
     if order == "auto":
         plan = plan_checked(q.shape, k.shape, v.shape, mask, dtype, chunk, tuning)
         order, chunk = plan.order, plan.chunk
-    work = torch.float32 if dtype in _LOW_PRECISION else dtype  # 16-bit inputs accumulate in float32
+    work = torch.float32 if dtype in LOW_PRECISION else dtype  # 16-bit inputs accumulate in float32
     q, k, v = (t if t.dtype == work else t.to(work) for t in (q, k, v))
     y = ORDERS[order].run(q, k, v, mask, scale, tuning, chunk or tuning.chunk)
     return y if y.dtype == result else y.to(result)

@@ -93,3 +93,27 @@ def test_per_token_decays_through_sma_step():
         assert rel(y, full[:, t]) < 1e-12
     with pytest.raises(ValueError, match="A must have shape"):
         sm.sma_step(state, q[:, 0], k[:, 0], v[:, 0], torch.ones(B, H, 2, 2, 2), Bm[:, 0], Cm[:, 0])
+
+
+def test_decoding_returns_sma_dtype_and_checks_its_arguments():
+    """The decoder's outputs have ``sma``'s dtype (float32 activations beside a float64 mask gave float32, where
+    ``sma`` gives float64; 16-bit activations stay 16-bit); ``sma_state`` checks the mask's length against ``k`` and
+    ``SMADecoder`` the ``state`` it continues from; ``sma_plan`` of an empty call plans (it divided by zero)."""
+    M = sm.OneSS.from_decays(rand(4))
+    q, k, v = randn(1, 4, 2, 3, seed=1), randn(1, 4, 2, 3, seed=2).float(), randn(1, 4, 2, 2, seed=3).float()
+    for acts in ((q, k, v), (q.float(), k, v), tuple(t.bfloat16() for t in (q, k, v))):
+        want = sm.sma(*acts, M)
+        dec = sm.SMADecoder(M)
+        ys = torch.stack([dec.step(*(t[:, i] for t in acts)) for i in range(4)], 1)
+        assert ys.dtype == want.dtype
+        assert rel(ys, want) < (1e-2 if want.dtype == torch.bfloat16 else 1e-6)
+    with pytest.raises(ValueError, match=r"mask must have shape \(\*, 4, 4\)"):
+        sm.sma_state(k, v, sm.OneSS.from_decays(rand(1)))
+    with pytest.raises(ValueError, match="state must have shape"):
+        sm.SMADecoder(M, state=torch.zeros(1, 2, 3, 3, 2))
+    with pytest.raises(TypeError, match="state must be"):
+        sm.SMADecoder(M, state="abc")
+    for shape, mask in (((1, 0, 2, 3), sm.OneSS.causal(0)), ((0, 5, 2, 3), sm.OneSS.causal(5))):
+        plan = sm.sma_plan(torch.zeros(shape), torch.zeros(shape), torch.zeros(shape), mask)
+        assert plan.order in admissible(mask)
+        assert sm.sma(torch.zeros(shape), torch.zeros(shape), torch.zeros(shape), mask, order=plan.order).shape == shape

@@ -66,7 +66,7 @@ def streamed_sizes(tuning: Tuning, p: Problem, n_state: int) -> tuple[int, int]:
     """``(n_slice, tile)`` of the time-blocked linear order for one ``n_state``-state part: key
     features per pass (blocks of at least 256 steps where the budget allows) and steps per block."""
     per_step = p.BH * p.P * n_state  # the (B, H, t, n_state, n P) states
-    n_slice = max(1, min(p.N, tuning.tile_elements // (per_step * min(p.T, 256))))
+    n_slice = max(1, min(p.N, tuning.tile_elements // max(1, per_step * min(p.T, 256))))  # (empty calls: 1)
     return n_slice, time_tile(tuning, p.T, per_step * n_slice)
 
 
