@@ -144,7 +144,12 @@ class Inverse(StructuredMatrix):
         return torch.linalg.inv(self.M.to_dense())
 
     def _matmat(self, X):
-        return self.M.solve(X)
+        M = self.M
+        if type(M).solve is StructuredMatrix.solve and isinstance(M._inverse(), Inverse):  # (M.solve would be this)
+            raise TypeError(f"{type(M).__name__} has no solve of its own and no structured inverse; solve "
+                            "iteratively with scipy.sparse.linalg.gmres(structmat.aslinearoperator(M), y), or densely "
+                            "with torch.linalg.solve(M.to_dense(), y)")
+        return M.solve(X)
 
     def _map(self, fn) -> Inverse:
         return Inverse(self.M._map(fn))

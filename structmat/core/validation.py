@@ -130,6 +130,8 @@ def as_tensor(x: Any, name: str, *, dtype: torch.dtype | None = None, device=Non
         if isinstance(x, torch.Tensor):
             check_same_device(x, name, like[1], like[0])
         device = like[1].device
+    if isinstance(x, np.ndarray) and (not x.flags.writeable or any(stride < 0 for stride in x.strides)):
+        x = np.array(x)  # torch shares no reversed or read-only memory (it raised, or warned at each call)
     try:
         t = torch.as_tensor(x, dtype=dtype, device=device)
     except (TypeError, ValueError, RuntimeError) as err:

@@ -33,7 +33,10 @@ def aslinearoperator(M: StructuredMatrix) -> scipy.sparse.linalg.LinearOperator:
     MH = M.H
 
     def apply(op, x):
-        x = torch.as_tensor(np.asarray(x), device=M.device)
+        x = np.asarray(x)
+        if not x.flags.writeable or any(stride < 0 for stride in x.strides):
+            x = np.array(x)  # (torch shares no reversed or read-only memory)
+        x = torch.as_tensor(x, device=M.device)
         with torch.no_grad():
             return op.matmul(x).cpu().resolve_conj().numpy()
 

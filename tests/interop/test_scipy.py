@@ -34,3 +34,26 @@ def test_batched_matrices_are_refused():
         sm.aslinearoperator(sm.OneSS.from_decays(torch.rand(2, 3, dtype=F64)))
     with pytest.raises(TypeError, match="StructuredMatrix"):
         sm.aslinearoperator(np.eye(3))
+
+
+def test_reversed_and_read_only_numpy_arrays():
+    """numpy arrays with negative strides (``a[::-1]``) or read-only ones are numbers like any other: constructors,
+    products, solves and the scipy operator take them (torch refused the first: "not array-like"; warned at the
+    second on every call)."""
+    import warnings
+
+    a = np.linspace(0.1, 0.9, 5)[::-1]
+    frozen = np.linspace(1.0, 2.0, 5)
+    frozen.flags.writeable = False
+    M = sm.OneSS.from_decays(a)
+    assert np.allclose(sm.Diagonal(a).to_dense().diagonal().numpy(), a)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert np.allclose((M @ frozen).numpy(), M.to_dense().numpy() @ frozen)
+        assert np.allclose((M @ a).numpy(), M.to_dense().numpy() @ a)
+        assert np.allclose(M.solve(a).numpy(), np.linalg.solve(M.to_dense().numpy(), a))
+        op = sm.aslinearoperator(M)
+        assert np.allclose(op.matvec(a), M.to_dense().numpy() @ a)
+        X = np.arange(15.0).reshape(5, 3)[:, ::-1]
+        assert np.allclose(op.matmat(X), M.to_dense().numpy() @ X)
+        assert np.allclose(op.rmatvec(frozen), M.to_dense().numpy().T @ frozen)
