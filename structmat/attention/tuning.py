@@ -43,6 +43,17 @@ class Tuning:
     coefficients : dict
         ``order -> (ms per flop, ms per byte, ms per pass)`` of the plan's time estimate, and ``"order/path"``
         for the code paths an order names in its :class:`~structmat.attention.orders.Cost`.
+
+    Examples
+    --------
+    >>> import dataclasses
+    >>> from structmat.attention import tuning_for
+    >>> cpu = tuning_for("cpu")
+    >>> cpu.device, cpu.chunk, tuning_for("cuda:0").chunk
+    ('cpu', 64, 256)
+    >>> smaller = dataclasses.replace(cpu, chunk=32)  # a variant, passed as sma(..., tuning=smaller)
+    >>> smaller.chunk
+    32
     """
 
     device: str

@@ -46,6 +46,15 @@ class StructuredMatrix(abc.ABC):
     ``(*, T, K)`` with batch broadcasting, and a 1-D ``X`` of shape ``(S,)`` gives ``(T,)``.
     ``M @ N`` with ``N`` structured is the closed-form product where a rule exists
     (:mod:`structmat.algebra.rules`), otherwise a lazy :class:`~structmat.Product`.
+
+    Examples
+    --------
+    >>> import torch, structmat as sm
+    >>> M = sm.OneSS.from_decays(torch.full((2, 4), 0.5))  # a batch of two 4 x 4 matrices
+    >>> M.shape, M.batch_shape, (M @ torch.ones(4, 3)).shape
+    (torch.Size([2, 4, 4]), torch.Size([2]), torch.Size([2, 4, 3]))
+    >>> isinstance(M, sm.StructuredMatrix), type(M + M).__name__, (M + M).order
+    (True, 'SSS', 2)
     """
 
     __structured_matrix__ = True

@@ -44,7 +44,16 @@ class NoRuleError(TypeError):
 
 @dataclass(frozen=True)
 class Rule:
-    """One closure rule: ``fn(*operands)`` computes ``op`` for operands of ``classes`` when ``when`` holds."""
+    """One closure rule: ``fn(*operands)`` computes ``op`` for operands of ``classes`` when ``when`` holds; among
+    the rules that match, the highest ``precedence`` wins, then the nearest classes, then the first registered.
+
+    Examples
+    --------
+    >>> import structmat as sm
+    >>> rule = resolve("add", sm.OneSS.causal(3), sm.OneSS.causal(3))  # (a OneSS is an SSS)
+    >>> rule.op, [c.__name__ for c in rule.classes], rule.result
+    ('add', ['SSS', 'SSS'], 'SSS, orders add (block-diagonal A)')
+    """
 
     op: str
     classes: tuple[type, ...]
@@ -143,7 +152,14 @@ def _check_op(op: Any) -> None:
 
 
 def rules(op: str | None = None) -> list[Rule]:
-    """The registered rules (of one operation, or all) in registration order."""
+    """The registered rules (of one operation, or all) in registration order.
+
+    Examples
+    --------
+    >>> import structmat as sm
+    >>> {r.op for r in sm.rules("inv")}, len(sm.rules()) > len(sm.rules("inv"))
+    ({'inv'}, True)
+    """
     if op is None:
         return [r for op_rules in _REGISTRY.values() for r in op_rules]
     _check_op(op)

@@ -90,7 +90,16 @@ class Sum(StructuredMatrix):
 
 
 class Product(StructuredMatrix):
-    """``M_1 @ M_2 @ ...`` applied right to left; matvec is the chain of matvecs."""
+    """``M_1 @ M_2 @ ...`` of shapes ``(*, T, S_1), (*, S_1, S_2), ...`` (batches broadcast), applied right to left:
+    the matvec is the chain of the factors' matvecs, never a dense product.
+
+    Examples
+    --------
+    >>> import torch, structmat as sm
+    >>> P = sm.Product(sm.Toeplitz.causal(torch.ones(3)), sm.Fourier.from_kernel(torch.tensor([1.0, 2.0, 0.0])))
+    >>> torch.allclose(P @ torch.ones(3), P.to_dense() @ torch.ones(3))
+    True
+    """
 
     def __init__(self, *factors: StructuredMatrix):
         if len(factors) < 2:
@@ -132,7 +141,16 @@ class Product(StructuredMatrix):
 
 
 class Inverse(StructuredMatrix):
-    """``M^{-1}`` for a matrix with a fast ``solve`` but no structured inverse form."""
+    """``M^{-1}`` (shape of ``M``, square) for a matrix with a fast ``solve`` but no structured inverse form: a
+    product with it is ``M.solve``.
+
+    Examples
+    --------
+    >>> import torch, structmat as sm
+    >>> M = sm.LowRank(torch.eye(3), 2 * torch.eye(3))  # full rank: no structured inverse, a fast solve
+    >>> type(M.inv()).__name__, M.inv() @ torch.ones(3)
+    ('Inverse', tensor([0.5000, 0.5000, 0.5000]))
+    """
 
     def __init__(self, M: StructuredMatrix):
         check_matrix(M, "M", "a square StructuredMatrix")
@@ -169,7 +187,16 @@ class Inverse(StructuredMatrix):
 
 
 class Transpose(StructuredMatrix):
-    """``M^T`` applied through the vector-Jacobian product of ``M @ Z`` (exact, one matvec)."""
+    """``M^T`` (shape ``(*, S, T)`` for ``M (*, T, S)``) applied through the vector-Jacobian product of ``M @ Z``
+    (exact, one matvec): the transpose of a class without a structured one.
+
+    Examples
+    --------
+    >>> import torch, structmat as sm
+    >>> M = sm.OneSS.from_decays(torch.full((3,), 0.5))
+    >>> torch.allclose(sm.Transpose(M) @ torch.ones(3), M.to_dense().T @ torch.ones(3))
+    True
+    """
 
     def __init__(self, M: StructuredMatrix):
         check_matrix(M, "M")

@@ -28,7 +28,17 @@ __all__ = ["SingularMatrixError", "as_tensor", "check_finite", "checked_once", "
 
 
 class SingularMatrixError(ValueError):
-    """Raised when a structured inverse or solve meets a singular matrix."""
+    """Raised when a structured inverse or solve meets a singular matrix (a ``ValueError``).
+
+    Examples
+    --------
+    >>> import torch, structmat as sm
+    >>> try:
+    ...     sm.Diagonal(torch.tensor([1.0, 0.0])).inv()
+    ... except sm.SingularMatrixError as err:
+    ...     print(type(err).__name__)
+    SingularMatrixError
+    """
 
 
 class _State(threading.local):
