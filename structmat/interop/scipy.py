@@ -15,7 +15,19 @@ def aslinearoperator(M: StructuredMatrix) -> scipy.sparse.linalg.LinearOperator:
     """A 2-D structured matrix as a ``scipy.sparse.linalg.LinearOperator``.
 
     ``matvec``/``matmat`` use the fast structured product, ``rmatvec`` the conjugate transpose,
-    so ``gmres``, ``cg``, ``eigs`` and ``svds`` work on any structured matrix.
+    so ``gmres``, ``cg``, ``eigs`` and ``svds`` work on any 2-D structured matrix.
+
+    Parameters
+    ----------
+    M : StructuredMatrix
+        Of shape ``(T, S)`` (no batch: take one matrix of a batch first), in float32, float64, complex64 or
+        complex128 (the dtypes scipy's solvers take).
+
+    Returns
+    -------
+    scipy.sparse.linalg.LinearOperator
+        Of shape ``(T, S)`` and ``M``'s dtype; it takes numpy vectors ``(S,)`` and matrices ``(S, K)`` and returns
+        numpy arrays (computed on ``M``'s device, without gradients).
 
     Examples
     --------
@@ -30,6 +42,9 @@ def aslinearoperator(M: StructuredMatrix) -> scipy.sparse.linalg.LinearOperator:
         raise TypeError(f"M must be a StructuredMatrix, got {type(M).__name__}")
     if M.ndim != 2:
         raise ValueError(f"aslinearoperator needs a 2-D matrix (no batch); got shape {tuple(M.shape)}")
+    if M.dtype not in (torch.float32, torch.float64, torch.complex64, torch.complex128):
+        raise TypeError(f"aslinearoperator needs float32, float64, complex64 or complex128 (scipy's dtypes); got "
+                        f"{M.dtype}: convert first, M.to(torch.float32)")
     MH = M.H
 
     def apply(op, x):

@@ -57,3 +57,11 @@ def test_reversed_and_read_only_numpy_arrays():
         X = np.arange(15.0).reshape(5, 3)[:, ::-1]
         assert np.allclose(op.matmat(X), M.to_dense().numpy() @ X)
         assert np.allclose(op.rmatvec(frozen), M.to_dense().numpy().T @ frozen)
+
+
+def test_half_precision_is_refused_by_name():
+    M = sm.Diagonal(torch.ones(4, dtype=torch.bfloat16))
+    with pytest.raises(TypeError, match="float32, float64, complex64 or complex128"):
+        sm.aslinearoperator(M)
+    op = sm.aslinearoperator(M.to(torch.float32))
+    assert op.dtype == np.float32 and np.allclose(op.matvec(np.ones(4, dtype=np.float32)), 1.0)
