@@ -27,9 +27,10 @@ def _dense_rank(M: torch.Tensor, tol: float | None, strict: bool) -> int:
     T = M.shape[-1]
     if M.numel() == 0:  # no entries (T = 0 or an empty batch): no block has a rank
         return 0
+    eps = torch.finfo(M.dtype).eps if M.is_floating_point() or M.is_complex() else torch.finfo(torch.float64).eps
     M = M.to(torch.complex128 if M.is_complex() else torch.float64)
     norm = torch.linalg.matrix_norm(M, ord=2).max().clamp_min(1e-300)
-    cut = (T * torch.finfo(torch.float64).eps if tol is None else tol) * norm
+    cut = (T * eps if tol is None else tol) * norm  # (the data's own precision: float32 entries round at its eps)
     ranks = [0]
     for k in range(T - 1 if strict else T):
         sub = M[..., k + 1 :, : k + 1] if strict else M[..., k:, : k + 1]

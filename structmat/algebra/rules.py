@@ -102,4 +102,4 @@ TABLE = [
 
 for _op, _left, _right, _fn, _result, _when, _symmetric in TABLE:
     _classes = (_left,) if _right is None else (_left, _right)
-    register(_op, *_classes, when=_when, result=_result, symmetric=_symmetric)(_fn)
+    register(_op, *_classes, when=_when, result=_result, symmetric=_symmetric, trusted=True)(_fn)

@@ -62,6 +62,7 @@ class Rule:
     precedence: int = 0
     result: str = ""
     doc: str = ""
+    trusted: bool = False  # runs without the constructors' finiteness checks (the built-in rules)
     serial: int = field(default_factory=lambda: next(_counter), compare=False)
 
     def matches(self, operands: tuple) -> bool:
@@ -71,18 +72,25 @@ class Rule:
         return self.matches(operands) and (self.when is None or bool(self.when(*operands)))
 
     def distance(self, operands: tuple) -> int:
-        return sum(type(x).__mro__.index(cls) for x, cls in zip(operands, self.classes))
+        """How far the rule's classes sit above the operands' in their MROs; a class matched without being in the
+        MRO (an ABC's virtual subclass, a runtime-checkable Protocol) counts as past the MRO's end."""
+        return sum(_mro_distance(type(x), cls) for x, cls in zip(operands, self.classes))
 
     @property
     def name(self) -> str:
         return getattr(self.fn, "__name__", repr(self.fn))
 
 
+def _mro_distance(kind: type, cls: type) -> int:
+    mro = kind.__mro__
+    return mro.index(cls) if cls in mro else len(mro)
+
+
 _REGISTRY: dict[str, list[Rule]] = {op: [] for op in OPERATIONS}
 
 
 def register(op: str, *classes: type, when: Callable[..., bool] | None = None, precedence: int = 0,
-             result: str = "", doc: str = "", symmetric: bool = False) -> Callable:
+             result: str = "", doc: str = "", symmetric: bool = False, trusted: bool = False) -> Callable:
     """Decorator: add a closure rule for ``op`` on operands of ``classes``.
 
     Parameters
@@ -98,6 +106,10 @@ def register(op: str, *classes: type, when: Callable[..., bool] | None = None, p
         The documented result (shown in the rule table).
     symmetric : bool
         Also register the rule with the operands swapped (for ``add`` and ``hadamard``).
+    trusted : bool
+        Run the rule without the constructors' finiteness checks (default False: a user's rule that builds a NaN
+        parameter raises, as the same constructor outside a rule does). The built-in rules set it: they build
+        results from operands checked when they were made, and check overflow where it can arise.
 
     Examples
     --------
@@ -128,11 +140,11 @@ def register(op: str, *classes: type, when: Callable[..., bool] | None = None, p
     def add(fn: Callable) -> Callable:
         if not callable(fn):
             raise TypeError(f"the rule must be a callable fn(*operands); got {type(fn).__name__}")
-        _REGISTRY[op].append(Rule(op, tuple(classes), fn, when, precedence, result, doc or (fn.__doc__ or "")))
+        _REGISTRY[op].append(Rule(op, tuple(classes), fn, when, precedence, result, doc or (fn.__doc__ or ""), trusted))
         if symmetric and classes[0] is not classes[1]:
             swapped_when = None if when is None else (lambda a, b: when(b, a))
             _REGISTRY[op].append(Rule(op, tuple(reversed(classes)), _swapped(fn), swapped_when, precedence, result,
-                                      doc or (fn.__doc__ or "")))
+                                      doc or (fn.__doc__ or ""), trusted))
         return fn
 
     return add
@@ -199,4 +211,6 @@ def apply(op: str, *operands):
     if rule is None:
         names = ", ".join(type(x).__name__ for x in operands)
         raise NoRuleError(f"no structured {op} for {names}")
-    return trusted_call(rule.fn, *operands)  # the operands were checked when they were made
+    if rule.trusted:
+        return trusted_call(rule.fn, *operands)  # the operands were checked when they were made
+    return rule.fn(*operands)

@@ -249,31 +249,31 @@ def transpose_matmat(M: StructuredMatrix, X: torch.Tensor) -> torch.Tensor:
     return out.conj() if X.is_complex() else out
 
 
-@register("add", StructuredMatrix, StructuredMatrix, precedence=FALLBACK, result="Sum (lazy)")
+@register("add", StructuredMatrix, StructuredMatrix, precedence=FALLBACK, result="Sum (lazy)", trusted=True)
 def lazy_sum(a: StructuredMatrix, b: StructuredMatrix) -> Sum:
     """No structured sum: a lazy ``Sum`` whose matvec adds the operands' matvecs."""
     return Sum(a, b)
 
 
-@register("matmul", StructuredMatrix, StructuredMatrix, precedence=FALLBACK, result="Product (lazy)")
+@register("matmul", StructuredMatrix, StructuredMatrix, precedence=FALLBACK, result="Product (lazy)", trusted=True)
 def lazy_product(a: StructuredMatrix, b: StructuredMatrix) -> Product:
     """No structured product: a lazy ``Product`` (chain of matvecs)."""
     return Product(a, b)
 
 
-@register("inv", StructuredMatrix, precedence=FALLBACK, result="Inverse (lazy)")
+@register("inv", StructuredMatrix, precedence=FALLBACK, result="Inverse (lazy)", trusted=True)
 def lazy_inverse(a: StructuredMatrix) -> Inverse:
     """No structured inverse: a lazy ``Inverse`` whose matvec is ``a.solve``."""
     return Inverse(a)
 
 
-@register("transpose", StructuredMatrix, precedence=FALLBACK, result="Transpose (lazy)")
+@register("transpose", StructuredMatrix, precedence=FALLBACK, result="Transpose (lazy)", trusted=True)
 def lazy_transpose(a: StructuredMatrix) -> Transpose:
     """No structured transpose: a lazy ``Transpose`` (matvec through a vector-Jacobian product)."""
     return Transpose(a)
 
 
-@register("hadamard", StructuredMatrix, StructuredMatrix, precedence=FALLBACK, result="TypeError")
+@register("hadamard", StructuredMatrix, StructuredMatrix, precedence=FALLBACK, result="TypeError", trusted=True)
 def no_hadamard(a: StructuredMatrix, b: StructuredMatrix):
     """No structured Hadamard product and no lazy form: a clear error (densify explicitly if intended)."""
     raise TypeError(f"no structured Hadamard product for {type(a).__name__} and {type(b).__name__}; "

@@ -319,6 +319,16 @@ class SSSInverse(SSS):
         self.lower = of.lower
         StructuredMatrix.__init__(self, of.shape, of.dtype, of.device)
 
+    def __getstate__(self) -> dict:
+        """Copies and pickles carry the generators built, without a graph: the builder is a closure over the data of
+        the matrix it came from (a copy would keep reading the original's; a closure does not pickle)."""
+        state = dict(self.__dict__)
+        if state["_generators"] is None:
+            with torch.no_grad():
+                state["_generators"] = self._build()
+        state["_build"] = None
+        return state
+
     @property
     def generators(self) -> Generators:
         if self._generators is not None:

@@ -84,3 +84,13 @@ def test_structured_matrices_with_an_empty_batch():
               sm.Bidiagonal(1 + rand(0, T), rand(0, T - 1)), sm.LowRank(randn(0, T, 2), randn(0, T, 2)),
               sm.Quasiseparable.lion(rand(0, T))):
         assert sm.semiseparable_rank(M) == sm.semiseparable_rank(M, strict=True) == sm.semiseparable_rank(M.to_dense()) == 0
+
+
+def test_dense_rank_at_the_data_precision():
+    """A float32 matrix's blocks are counted at float32's precision (at float64's, its rounding counted as rank:
+    a float32 1-SS decay had dense rank 8, a causal Toeplitz of the same decay 8), as numpy's ``matrix_rank`` does."""
+    O = sm.OneSS.decay(0.9, 16).to(torch.float32)
+    assert sm.semiseparable_rank(O) == sm.semiseparable_rank(O.to_dense()) == 1
+    assert sm.semiseparable_rank(sm.Toeplitz.causal(0.9 ** torch.arange(16, dtype=torch.float32))) == 1
+    dense = O.to_dense().numpy()
+    assert max(np.linalg.matrix_rank(dense[k:, : k + 1]) for k in range(16)) == 1

@@ -95,3 +95,30 @@ def test_every_rule_names_its_result():
     for rule in sm.rules():
         assert rule.result, rule
         assert rule.op in dispatch.OPERATIONS
+
+
+def test_rules_on_virtual_subclasses_and_users_rules_checked():
+    """A rule on an ABC that a class is registered with (no entry in its MRO) matches without breaking every later
+    dispatch of the operation (the distance looked the ABC up in the MRO: ``ValueError``); a user's rule runs with
+    the constructors' finiteness checks on (a NaN parameter raises, as outside a rule), a built-in one without."""
+    import abc
+
+    class Marker(abc.ABC):  # noqa: B024  (a marker: no abstract methods)
+        pass
+
+    Marker.register(sm.Diagonal)
+    marker_rule = sm.register("inv", Marker, precedence=-5000)(lambda a: a)
+
+    @sm.register("add", Ones, Ones, precedence=10)
+    def nan_sum(a, b):
+        return sm.Diagonal(torch.full((a.shape[-1],), float("nan")))
+
+    try:
+        close(sm.Diagonal(torch.tensor([2.0, 4.0], dtype=F64)).inv().to_dense(), torch.diag(torch.tensor([0.5, 0.25], dtype=F64)))
+        with pytest.raises(ValueError, match="must be finite"):
+            Ones(3) + Ones(3)
+        assert dispatch.resolve("add", Ones(3), Ones(3)).trusted is False
+        assert dispatch.resolve("add", sm.OneSS.causal(3), sm.OneSS.causal(3)).trusted is True
+    finally:
+        dispatch._REGISTRY["inv"] = [r for r in dispatch._REGISTRY["inv"] if r.fn is not marker_rule]
+        dispatch._REGISTRY["add"] = [r for r in dispatch._REGISTRY["add"] if r.fn is not nan_sum]
