@@ -186,7 +186,9 @@ _CANDIDATES: dict[tuple, tuple[list[Rule], list[Rule]]] = {}
 def _candidates(op: str, operands: tuple) -> list[Rule]:
     """The rules matching ``operands`` in the order they are tried, cached by types (and checked against the
     registry as it is now, so rules added or removed, even by editing the registry's lists, count at once)."""
-    registry = _REGISTRY[op]
+    registry = _REGISTRY.get(op)
+    if registry is None:
+        _check_op(op)
     key = (op, *map(type, operands))
     cached = _CANDIDATES.get(key)
     if cached is not None and cached[0] == registry:  # the same rules: list equality sees identity first

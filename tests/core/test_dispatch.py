@@ -122,3 +122,8 @@ def test_rules_on_virtual_subclasses_and_users_rules_checked():
     finally:
         dispatch._REGISTRY["inv"] = [r for r in dispatch._REGISTRY["inv"] if r.fn is not marker_rule]
         dispatch._REGISTRY["add"] = [r for r in dispatch._REGISTRY["add"] if r.fn is not nan_sum]
+
+
+def test_resolve_names_an_unknown_operation():
+    with pytest.raises(ValueError, match="op must be one of"):
+        dispatch.resolve("mul", sm.OneSS.causal(3))
