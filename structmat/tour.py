@@ -125,5 +125,6 @@ def main(T: int = 64) -> int:
     ok = worst < 1e-8
     limits = sum(r[4] is None for r in rows)
     print(f"\n{len(rows) - limits} operations checked, worst error {worst:.1e}: "
-          f"{'all match the dense computation' if ok else 'MISMATCH'}; {limits} documented limits raise")
+          f"{'all match the dense computation' if ok else 'MISMATCH'}; "
+          f"{limits} documented {'limit raises' if limits == 1 else 'limits raise'}")
     return 0 if ok else 1

@@ -14,7 +14,7 @@ def test_tour_checks_every_row_and_marks_the_limits(capsys):
     assert all(r[2].startswith("raises ") and r[3] == "-" for r in limits)  # no error of 0 printed for them
     assert main(["tour", "-T", "8"]) == 0
     out = capsys.readouterr().out
-    assert f"{len(checked)} operations checked" in out and f"{len(limits)} documented limits raise" in out
+    assert f"{len(checked)} operations checked" in out and f"{len(limits)} documented limit" in out
 
 
 def test_tour_refuses_a_length_below_one():
