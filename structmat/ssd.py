@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from structmat.core.validation import check_positive_int, checked_once, finite_checks_enabled
 from structmat.kernels.chunked_decay import chunked_decay, states_after, torch_chunk, triton_supports
-from structmat.ssd_arguments import BACKENDS, check_limit, check_shape, check_types, process_dt
+from structmat.ssd_arguments import BACKENDS, check_cu_seqlens, check_limit, check_shape, check_types, process_dt
 
 __all__ = ["ssd", "process_dt"]
 
@@ -51,7 +51,7 @@ def _check(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, c
     if finite_checks_enabled() and seq_idx is not None and l > 1 and not checked_once(seq_idx, "non-decreasing", _rising):
         raise ValueError("seq_idx must be non-decreasing along the sequence (packed sequences)")
     if cu_seqlens is not None:
-        _check_cu_seqlens(cu_seqlens, b, l, seq_idx)
+        check_cu_seqlens(cu_seqlens, b, l, seq_idx)
 
 
 def _per_sequence(initial_states, cu_seqlens, b: int) -> bool:
@@ -97,22 +97,6 @@ def _initial_state_terms(C, log_a, init, cu_seqlens):
         y[0, s:e] = torch.einsum("th,thn,hpn->thp", w, Ch, init[i].to(work))
         carried.append((w[-1] if e > s else torch.ones(h, dtype=work, device=C.device))[:, None, None] * init[i].to(work))
     return y, torch.stack(carried)
-
-
-def _check_cu_seqlens(cu_seqlens, b, l, seq_idx) -> None:
-    if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2 or cu_seqlens.is_floating_point():
-        raise ValueError(f"cu_seqlens must be an integer tensor (num_seqs + 1,); got {tuple(cu_seqlens.shape)} "
-                         f"of {cu_seqlens.dtype}")
-    if b != 1:
-        raise ValueError(f"cu_seqlens needs batch == 1 (packed sequences); got batch {b}")
-    cu = cu_seqlens.tolist()
-    if cu[0] != 0 or cu[-1] != l or any(e < s for s, e in zip(cu, cu[1:])):
-        raise ValueError(f"cu_seqlens must start at 0, not decrease and end at seqlen={l}; got {cu}")
-    if seq_idx is not None:
-        ids = seq_idx[0].tolist()
-        for s, e in zip(cu, cu[1:]):
-            if e > s and (len(set(ids[s:e])) != 1 or (s > 0 and ids[s - 1] == ids[s])):
-                raise ValueError("cu_seqlens and seq_idx disagree: seq_idx must change exactly at the cu_seqlens boundaries")
 
 
 def _rising(seq_idx: torch.Tensor) -> bool:

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from structmat.core.validation import check_same_device, check_tensor
 
-__all__ = ["BACKENDS", "process_dt", "check_shape", "check_types", "check_limit"]
+__all__ = ["BACKENDS", "process_dt", "check_shape", "check_types", "check_limit", "check_cu_seqlens"]
 
 BACKENDS = ("auto", "torch", "triton")
 
@@ -61,3 +61,21 @@ def check_limit(dt_limit) -> None:
         raise TypeError(f"dt_limit must be a pair (min, max) of numbers; got {dt_limit!r}")
     if not dt_limit[0] <= dt_limit[1]:
         raise ValueError(f"dt_limit must be (min, max) with min <= max; got {tuple(dt_limit)}")
+
+
+def check_cu_seqlens(cu_seqlens, b: int, l: int, seq_idx=None) -> None:
+    """``cu_seqlens (num_seqs + 1,)``: integer bounds of the packed sequences of one batch row of length ``l``
+    (``b == 1``), agreeing with ``seq_idx`` where given."""
+    if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2 or cu_seqlens.is_floating_point():
+        raise ValueError(f"cu_seqlens must be an integer tensor (num_seqs + 1,); got {tuple(cu_seqlens.shape)} "
+                         f"of {cu_seqlens.dtype}")
+    if b != 1:
+        raise ValueError(f"cu_seqlens needs batch == 1 (packed sequences); got batch {b}")
+    cu = cu_seqlens.tolist()
+    if cu[0] != 0 or cu[-1] != l or any(e < s for s, e in zip(cu, cu[1:])):
+        raise ValueError(f"cu_seqlens must start at 0, not decrease and end at seqlen={l}; got {cu}")
+    if seq_idx is not None:
+        ids = seq_idx[0].tolist()
+        for s, e in zip(cu, cu[1:]):
+            if e > s and (len(set(ids[s:e])) != 1 or (s > 0 and ids[s - 1] == ids[s])):
+                raise ValueError("cu_seqlens and seq_idx disagree: seq_idx must change exactly at the cu_seqlens boundaries")

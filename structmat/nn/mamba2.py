@@ -18,7 +18,7 @@ from structmat.core.validation import skip_finite_checks
 from structmat.nn.conv import causal_conv_silu, conv_step_silu, last_inputs
 from structmat.nn.norm import GatedRMSNorm
 from structmat.ssd import ssd
-from structmat.ssd_arguments import process_dt
+from structmat.ssd_arguments import check_cu_seqlens, process_dt
 from structmat.ssd_step import step_backend, step_unchecked
 
 __all__ = ["Mamba2", "InferenceParams"]
@@ -135,7 +135,7 @@ class Mamba2(nn.Module):
         if u.dim() != 3 or u.shape[-1] != self.d_model:
             raise ValueError(f"u must have shape (batch, seqlen, {self.d_model}); got {tuple(u.shape)}")
         if cu_seqlens is not None:
-            _check_packing(cu_seqlens, u.shape)
+            check_cu_seqlens(cu_seqlens, u.shape[0], u.shape[1], seq_idx)
         if seq_idx is not None and tuple(seq_idx.shape) != tuple(u.shape[:2]):
             raise ValueError(f"seq_idx must have shape {tuple(u.shape[:2])} (batch, seqlen); got {tuple(seq_idx.shape)}")
         if cu_seqlens is not None and seq_idx is None:
@@ -219,17 +219,6 @@ class Mamba2(nn.Module):
     def extra_repr(self) -> str:
         return (f"d_model={self.d_model}, d_state={self.d_state}, d_conv={self.d_conv}, expand={self.expand}, "
                 f"headdim={self.headdim}, nheads={self.nheads}, ngroups={self.ngroups}, chunk_size={self.chunk_size}")
-
-
-def _check_packing(cu_seqlens, shape) -> None:
-    """``cu_seqlens``: the packed sequences' bounds in one batch row of ``shape (1, seqlen, d_model)``."""
-    if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2 \
-            or cu_seqlens.is_floating_point() or cu_seqlens.dtype == torch.bool:
-        raise ValueError(f"cu_seqlens must be an integer tensor (num_seqs + 1,); got {getattr(cu_seqlens, 'shape', None)}")
-    if shape[0] != 1:
-        raise ValueError(f"cu_seqlens packs sequences into one batch row: u must have batch 1; got {tuple(shape)}")
-    if cu_seqlens[0].item() != 0 or cu_seqlens[-1].item() != shape[1] or bool((cu_seqlens.diff() < 0).any()):
-        raise ValueError(f"cu_seqlens must start at 0, not decrease and end at seqlen={shape[1]}; got {cu_seqlens.tolist()}")
 
 
 def _dt_bias_init(nheads: int, dt_min: float, dt_max: float, floor: float, device=None, dtype=None) -> torch.Tensor:

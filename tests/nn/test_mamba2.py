@@ -216,7 +216,7 @@ def test_variants_gradcheck_and_errors():
     conv_state, ssm_state = block.allocate_inference_cache(1, 2, dtype=F64)
     with pytest.raises(ValueError, match=r"conv_state must have shape \(1, 12, 4\)"):
         block.step(torch.randn(1, 1, 4, dtype=F64), conv_state[..., :3], ssm_state)
-    with pytest.raises(ValueError, match="u must have batch 1"):
+    with pytest.raises(ValueError, match="cu_seqlens needs batch == 1"):
         block(torch.randn(2, 5, 4, dtype=F64), cu_seqlens=torch.tensor([0, 2, 5]))
     with pytest.raises(ValueError, match="end at seqlen=5"):
         block(torch.randn(1, 5, 4, dtype=F64), cu_seqlens=torch.tensor([0, 2, 4]))
