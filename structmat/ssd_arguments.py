@@ -37,7 +37,7 @@ def check_shape(name: str, t, shape) -> None:
 
 
 #: Arguments holding indices (integer tensors); every other tensor argument holds values (floating or complex).
-_INDEX_ARGUMENTS = ("seq_idx", "cu_seqlens")
+_INDEX_ARGUMENTS = ("seq_idx", "cu_seqlens", "state_batch_indices")
 
 
 def check_types(required: dict, optional: dict) -> None:

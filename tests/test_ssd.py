@@ -367,6 +367,40 @@ def test_ssd_step_reproduces_ssd_and_updates_in_place():
         sm.ssd_step(state, t["x"][:, 0], t["dt"].double()[:, 0, :, None].expand(b, h, p), A[:1], t["B"][:, 0], t["C"][:, 0])
 
 
+def test_ssd_step_state_batch_indices_step_rows_of_a_larger_cache():
+    """``state_batch_indices`` (``selective_state_update``'s): batch row ``i`` steps ``state[indices[i]]``, the
+    other rows stay as they were; on the CPU the indices are checked."""
+    b, h, p, g, n, rows = 3, 4, 3, 2, 5, 7
+    t = inputs(b, 1, h, p, g, n, seed=14, dtype=F64, device="cpu")
+    cache = torch.randn(rows, h, p, n, dtype=F64)
+    args = (t["x"][:, 0], t["dt"].double()[:, 0, :, None].expand(b, h, p), t["A"].double()[:, None, None].expand(h, p, n),
+            t["B"][:, 0], t["C"][:, 0])
+    kw = dict(D=t["D"], z=t["z"][:, 0], dt_softplus=True)
+    for dtype in (torch.int64, torch.int32):
+        idx = torch.tensor([5, 0, 2], dtype=dtype)
+        state = cache.clone()
+        got = sm.ssd_step(state, *args, state_batch_indices=idx, **kw)
+        want_state = cache[idx.long()].clone()
+        want = sm.ssd_step(want_state, *args, **kw)
+        assert rel(got, want) < 1e-15 and rel(state[idx.long()], want_state) < 1e-15
+        untouched = [r for r in range(rows) if r not in idx.tolist()]
+        assert torch.equal(state[untouched], cache[untouched])
+    st2, x2 = cache[:, 0].clone(), args[0][:, 0]  # the form without heads
+    y2 = sm.ssd_step(st2, x2, args[1][:, 0], args[2][0], args[3][:, 0], args[4][:, 0], state_batch_indices=idx)
+    ref2 = cache[idx.long(), 0].clone()
+    assert rel(y2, sm.ssd_step(ref2, x2, args[1][:, 0], args[2][0], args[3][:, 0], args[4][:, 0])) < 1e-15
+    assert rel(st2[idx.long()], ref2) < 1e-15
+    for bad, match in ((torch.tensor([5, 0, 7]), r"lie in \[0, 7\)"), (torch.tensor([5, 0, -1]), r"lie in \[0, 7\)"),
+                       (torch.tensor([5, 0, 5]), "distinct"), (torch.tensor([[5, 0, 2]]), r"shape \(batch,\)"),
+                       (torch.tensor([5, 0]), r"x must have shape \(2, 4, 3\)")):
+        state = cache.clone()
+        with pytest.raises(ValueError, match=match):
+            sm.ssd_step(state, *args, state_batch_indices=bad, **kw)
+        assert torch.equal(state, cache)
+    with pytest.raises(TypeError, match="state_batch_indices must be an integer tensor"):
+        sm.ssd_step(cache.clone(), *args, state_batch_indices=torch.tensor([5.0, 0.0, 2.0]), **kw)
+
+
 def test_ssd_step_applies_dt_limit_like_ssd():
     """``ssd_step(..., dt_limit=)`` clamps after the bias and softplus, so decoding reproduces ``ssd`` with the same
     limit (``selective_state_update`` has none)."""

@@ -14,6 +14,7 @@ from conftest import DEV, F64
 
 from structmat.kernels.causal_conv_triton import causal_conv_silu_triton, causal_conv_step_triton
 from structmat.kernels.gated_norm_triton import gated_rms_norm_triton
+from structmat.kernels.ssd_step_triton import ssd_step_triton
 from structmat.nn.conv import causal_conv1d, conv_step
 from structmat.nn.norm import GatedRMSNorm
 from structmat.ssd_step import ssd_step
@@ -112,3 +113,26 @@ def test_ssd_step_kernel_matches_the_torch_step(features):
     ref_state = state.clone()
     want = ssd_step(ref_state, x, dt_softplus=True, backend="torch", **args)
     assert rel(got, want) < 1e-5 and rel(st, ref_state) < 1e-6
+
+
+def test_ssd_step_kernel_with_state_batch_indices():
+    """Rows of a larger cache, by ``state_batch_indices``: the rows named step as the torch form steps them, the
+    others are not written; an index out of range (unchecked on CUDA) writes nothing and gives NaN."""
+    gen = torch.Generator().manual_seed(5)
+    b, h, p, g, n, rows = 3, 2, 20, 1, 24, 6
+    r = lambda *s: torch.randn(*s, generator=gen, dtype=F64)  # noqa: E731
+    cache, x, dt, B, C = r(rows, h, p, n), r(b, h, p), r(b, h, p), r(b, g, n), r(b, g, n)
+    A = -torch.rand(h, p, n, generator=gen, dtype=F64)
+    idx = torch.tensor([4, 1, 0])
+    dev = lambda t: t.to(DEV, torch.float32)  # noqa: E731
+    st = dev(cache)
+    got = ssd_step(st, dev(x), dev(dt), dev(A), dev(B), dev(C), dt_softplus=True, state_batch_indices=idx.to(DEV),
+                   backend="triton")
+    ref = cache.clone()
+    want = ssd_step(ref, x, dt, A, B, C, dt_softplus=True, state_batch_indices=idx, backend="torch")
+    assert rel(got, want) < 1e-5 and rel(st, ref) < 1e-6
+    st = dev(cache)
+    out = ssd_step_triton(st, dev(x), dev(dt), dev(A), dev(B), dev(C), state_batch_indices=torch.tensor([4, 6, -1], device=DEV))
+    assert torch.isnan(out[1:]).all() and not torch.isnan(out[0]).any()
+    keep = [0, 1, 2, 3, 5]
+    assert torch.equal(st[keep], dev(cache)[keep])
