@@ -76,6 +76,8 @@ def semiseparable_rank(M, tol: float | None = None, strict: bool = False) -> int
     """
     tol = check_tolerance(tol)
     if isinstance(M, StructuredMatrix):
+        if M.shape[-1] != M.shape[-2]:  # (the definition's diagonal; a rectangular LowRank failed inside tril)
+            raise ValueError(f"M must have shape (*, T, T); got {tuple(M.shape)}")
         if M.batch_shape.numel() == 0:  # the largest rank over an empty batch, as for a dense one (D39)
             return 0
         if isinstance(M, SSS):

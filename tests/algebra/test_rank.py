@@ -50,6 +50,9 @@ def test_structured_paths_and_errors():
         sm.semiseparable_rank(sm.Toeplitz(torch.ones(DENSE_RANK_MAX + 1, dtype=F64)))
     with pytest.raises(ValueError, match=r"M must have shape \(\*, T, T\)"):
         sm.semiseparable_rank(torch.ones(3, 4))
+    for rectangular in (sm.LowRank(randn(6, 2), randn(4, 2, seed=1)), sm.Toeplitz(randn(6), randn(4, seed=1))):
+        with pytest.raises(ValueError, match=r"M must have shape \(\*, T, T\); got \(6, 4\)"):
+            sm.semiseparable_rank(rectangular)  # (LowRank failed inside tril, Toeplitz returned a number)
 
 
 def test_cancellation_scale_and_quasiseparable_paths():
