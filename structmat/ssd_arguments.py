@@ -66,6 +66,8 @@ def check_limit(dt_limit) -> None:
 def check_cu_seqlens(cu_seqlens, b: int, l: int, seq_idx=None) -> None:
     """``cu_seqlens (num_seqs + 1,)``: integer bounds of the packed sequences of one batch row of length ``l``
     (``b == 1``), agreeing with ``seq_idx`` where given."""
+    check_tensor(cu_seqlens, "cu_seqlens", "an integer tensor (num_seqs + 1,)")
+    check_tensor(seq_idx, "seq_idx", "an integer tensor (batch, seqlen)", optional=True)
     if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2 or cu_seqlens.is_floating_point():
         raise ValueError(f"cu_seqlens must be an integer tensor (num_seqs + 1,); got {tuple(cu_seqlens.shape)} "
                          f"of {cu_seqlens.dtype}")

@@ -220,6 +220,8 @@ def test_variants_gradcheck_and_errors():
         block(torch.randn(2, 5, 4, dtype=F64), cu_seqlens=torch.tensor([0, 2, 5]))
     with pytest.raises(ValueError, match="end at seqlen=5"):
         block(torch.randn(1, 5, 4, dtype=F64), cu_seqlens=torch.tensor([0, 2, 4]))
+    with pytest.raises(TypeError, match=r"cu_seqlens must be an integer tensor \(num_seqs \+ 1,\); got list"):
+        block(torch.randn(1, 5, 4, dtype=F64), cu_seqlens=[0, 2, 5])  # (an AttributeError)
     with pytest.raises(ValueError, match=r"seq_idx must have shape \(1, 5\)"):
         block(torch.randn(1, 5, 4, dtype=F64), seq_idx=torch.zeros(5, dtype=torch.long))
     with pytest.raises(ValueError, match="d_ssm must be in"):
