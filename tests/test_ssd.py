@@ -1,8 +1,7 @@
-"""``ssd`` and ``ssd_step``: mamba_ssm's contract (positional order, returns, packed sequences), every backend
-against a float64 sequential recurrence, forward and backward."""
+"""``ssd``: mamba_ssm's contract (positional order, returns, packed sequences), every backend against a float64
+sequential recurrence, forward and backward (``ssd_step``: ``test_ssd_step.py``)."""
 
 import importlib
-import math
 import sys
 import types
 from pathlib import Path
@@ -13,31 +12,9 @@ import torch.nn.functional as F
 from conftest import DEV, F64, rel
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from ssd_cases import inputs, reference
 
 import structmat as sm
-from structmat.kernels.decay_naive import decay_naive
-from structmat.ssd import process_dt
-
-
-def inputs(b, l, h, p, g, n, *, seed=0, dtype=torch.float32, device=DEV):
-    gen = torch.Generator().manual_seed(seed)
-    r = lambda *s: torch.randn(*s, generator=gen, dtype=F64)  # noqa: E731
-    x, dt, A = r(b, l, h, p), r(b, l, h).abs(), -torch.rand(h, generator=gen, dtype=F64) * 2
-    B, C = r(b, l, g, n), r(b, l, g, n)
-    D, z, bias, init = r(h, p), r(b, l, h, p), r(h), r(b, h, p, n)
-    out = dict(x=x, dt=dt, A=A, B=B, C=C, D=D, z=z, dt_bias=bias, initial_states=init)
-    return {k: v.to(device=device, dtype=dtype if k not in ("dt", "A", "dt_bias", "initial_states") else torch.float32)
-            for k, v in out.items()}
-
-
-def reference(x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_softplus=False, dt_limit=(0.0, math.inf),
-              initial_states=None, seq_idx=None):
-    """Float64 sequential recurrence with the D and z terms, on the CPU."""
-    cpu = lambda t: None if t is None else t.cpu().to(F64)  # noqa: E731
-    dtp = process_dt(cpu(dt), cpu(dt_bias), dt_softplus, dt_limit).to(F64)
-    return decay_naive(cpu(x), dtp * cpu(A), cpu(B), cpu(C), scale=dtp, D=cpu(D), z=cpu(z),
-                       initial_state=cpu(initial_states), seq_idx=None if seq_idx is None else seq_idx.cpu())
-
 
 BACKENDS = ["torch", "triton"]
 
@@ -342,84 +319,6 @@ def test_triton_backend_on_cpu_tensors_says_so(monkeypatch):
     t = inputs(1, 8, 2, 3, 1, 4, device="cpu")
     with pytest.raises(ValueError, match="backend='triton' needs CUDA tensors"):
         sm.ssd(t["x"], t["dt"], t["A"], t["B"], t["C"], 16, backend="triton")
-
-
-def test_ssd_step_reproduces_ssd_and_updates_in_place():
-    b, l, h, p, g, n = 2, 12, 4, 3, 2, 5
-    t = inputs(b, l, h, p, g, n, seed=10, dtype=F64, device="cpu")
-    kw = dict(D=t["D"], z=t["z"], dt_bias=t["dt_bias"].double(), dt_softplus=True)
-    out, final = sm.ssd(t["x"], t["dt"].double(), t["A"].double(), t["B"], t["C"], 8,
-                        initial_states=t["initial_states"].double(), return_final_states=True, **kw)
-    state = t["initial_states"].double().clone()
-    expand = lambda v: v[:, None].expand(h, p)  # noqa: E731  (Mamba-2 passes per-head values as broadcast views)
-    A = t["A"].double()[:, None, None].expand(h, p, n)
-    for i in range(l):
-        y = sm.ssd_step(state, t["x"][:, i], t["dt"].double()[:, i, :, None].expand(b, h, p), A, t["B"][:, i], t["C"][:, i],
-                        D=t["D"], z=t["z"][:, i], dt_bias=expand(t["dt_bias"].double()), dt_softplus=True)
-        assert rel(y, out[:, i]) < 1e-12
-    assert rel(state, final) < 1e-12
-    x3 = torch.randn(b, p, dtype=F64)  # the form without heads
-    st3 = torch.zeros(b, p, n, dtype=F64)
-    y3 = sm.ssd_step(st3, x3, torch.ones(b, p, dtype=F64), -torch.ones(p, n, dtype=F64), torch.ones(b, n, dtype=F64),
-                     torch.ones(b, n, dtype=F64))
-    assert y3.shape == (b, p) and rel(st3, x3[..., None].expand(b, p, n)) < 1e-15
-    with pytest.raises(ValueError, match="A must have shape"):
-        sm.ssd_step(state, t["x"][:, 0], t["dt"].double()[:, 0, :, None].expand(b, h, p), A[:1], t["B"][:, 0], t["C"][:, 0])
-
-
-def test_ssd_step_state_batch_indices_step_rows_of_a_larger_cache():
-    """``state_batch_indices`` (``selective_state_update``'s): batch row ``i`` steps ``state[indices[i]]``, the
-    other rows stay as they were; on the CPU the indices are checked."""
-    b, h, p, g, n, rows = 3, 4, 3, 2, 5, 7
-    t = inputs(b, 1, h, p, g, n, seed=14, dtype=F64, device="cpu")
-    cache = torch.randn(rows, h, p, n, dtype=F64)
-    args = (t["x"][:, 0], t["dt"].double()[:, 0, :, None].expand(b, h, p), t["A"].double()[:, None, None].expand(h, p, n),
-            t["B"][:, 0], t["C"][:, 0])
-    kw = dict(D=t["D"], z=t["z"][:, 0], dt_softplus=True)
-    for dtype in (torch.int64, torch.int32):
-        idx = torch.tensor([5, 0, 2], dtype=dtype)
-        state = cache.clone()
-        got = sm.ssd_step(state, *args, state_batch_indices=idx, **kw)
-        want_state = cache[idx.long()].clone()
-        want = sm.ssd_step(want_state, *args, **kw)
-        assert rel(got, want) < 1e-15 and rel(state[idx.long()], want_state) < 1e-15
-        untouched = [r for r in range(rows) if r not in idx.tolist()]
-        assert torch.equal(state[untouched], cache[untouched])
-    st2, x2 = cache[:, 0].clone(), args[0][:, 0]  # the form without heads
-    y2 = sm.ssd_step(st2, x2, args[1][:, 0], args[2][0], args[3][:, 0], args[4][:, 0], state_batch_indices=idx)
-    ref2 = cache[idx.long(), 0].clone()
-    assert rel(y2, sm.ssd_step(ref2, x2, args[1][:, 0], args[2][0], args[3][:, 0], args[4][:, 0])) < 1e-15
-    assert rel(st2[idx.long()], ref2) < 1e-15
-    for bad, match in ((torch.tensor([5, 0, 7]), r"lie in \[0, 7\)"), (torch.tensor([5, 0, -1]), r"lie in \[0, 7\)"),
-                       (torch.tensor([5, 0, 5]), "distinct"), (torch.tensor([[5, 0, 2]]), r"shape \(batch,\)"),
-                       (torch.tensor([5, 0]), r"x must have shape \(2, 4, 3\)")):
-        state = cache.clone()
-        with pytest.raises(ValueError, match=match):
-            sm.ssd_step(state, *args, state_batch_indices=bad, **kw)
-        assert torch.equal(state, cache)
-    with pytest.raises(TypeError, match="state_batch_indices must be an integer tensor"):
-        sm.ssd_step(cache.clone(), *args, state_batch_indices=torch.tensor([5.0, 0.0, 2.0]), **kw)
-
-
-def test_ssd_step_applies_dt_limit_like_ssd():
-    """``ssd_step(..., dt_limit=)`` clamps after the bias and softplus, so decoding reproduces ``ssd`` with the same
-    limit (``selective_state_update`` has none)."""
-    b, l, h, p, g, n = 2, 9, 4, 3, 2, 5
-    t = inputs(b, l, h, p, g, n, seed=12, dtype=F64, device="cpu")
-    dt, A, bias = t["dt"].double() * 3 - 1, t["A"].double(), t["dt_bias"].double()
-    kw = dict(dt_bias=bias, dt_softplus=True, dt_limit=(0.2, 0.5))
-    out, final = sm.ssd(t["x"], dt, A, t["B"], t["C"], 4, D=t["D"], return_final_states=True, **kw)
-    assert rel(out, reference(t["x"], dt, A, t["B"], t["C"], D=t["D"], **kw)[0]) < 1e-12
-    state = torch.zeros(b, h, p, n, dtype=F64)
-    expand = lambda v: v[:, None].expand(h, p)  # noqa: E731
-    for i in range(l):
-        y = sm.ssd_step(state, t["x"][:, i], dt[:, i, :, None].expand(b, h, p), A[:, None, None].expand(h, p, n),
-                        t["B"][:, i], t["C"][:, i], D=t["D"], dt_bias=expand(bias), dt_softplus=True, dt_limit=(0.2, 0.5))
-        assert rel(y, out[:, i]) < 1e-12
-    assert rel(state, final) < 1e-12
-    with pytest.raises(ValueError, match="dt_limit must be"):
-        sm.ssd_step(state, t["x"][:, 0], dt[:, 0, :, None].expand(b, h, p), A[:, None, None].expand(h, p, n),
-                    t["B"][:, 0], t["C"][:, 0], dt_limit=(0.5, 0.2))
 
 
 def test_output_dtype_is_x_and_integer_inputs_raise():
