@@ -166,7 +166,8 @@ ENTRIES = [
           {"state": ("None", "string", "rank3_state"), "x": ("None", "string", "longer", "meta"),
            "dt": ("None", "string", "longer", "meta"), "A": ("None", "string", "longer", "meta"),
            "B": ("None", "string", "longer", "meta"), "C": ("None", "string", "longer", "meta"),
-           "D": ("string", "longer"), "z": ("string", "longer"), "dt_bias": ("string", "longer")},
+           "D": ("string", "longer"), "z": ("string", "longer"), "dt_bias": ("string", "longer"),
+           "state_batch_indices": ("string", "ragged", "scalar", "meta")},
           {"B": ("B", "ngroups"), "C": ("C", "B")}),
 ]
 
@@ -257,6 +258,8 @@ def _good_value(entry: Entry, kwargs: dict, name: str):
         return tensor(9, (2, 3))
     if entry.name == "ssd_step" and name == "z":
         return kwargs["x"]
+    if entry.name == "ssd_step" and name == "state_batch_indices":
+        return torch.tensor([1, 0])
     if entry.name == "SSS" and name == "D":
         return kwargs["D"]
     return None
