@@ -25,6 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
 from structmat.core.validation import trusted_call
 
 __all__ = ["Rule", "register", "rules", "resolve", "apply", "OPERATIONS", "FALLBACK", "NoRuleError"]
@@ -108,8 +110,10 @@ def register(op: str, *classes: type, when: Callable[..., bool] | None = None, p
         Also register the rule with the operands swapped (for ``add`` and ``hadamard``).
     trusted : bool
         Run the rule without the constructors' finiteness checks (default False: a user's rule that builds a NaN
-        parameter raises, as the same constructor outside a rule does). The built-in rules set it: they build
-        results from operands checked when they were made, and check overflow where it can arise.
+        parameter raises, as the same constructor outside a rule does) and without checking its result (default
+        False: a result that is not a ``StructuredMatrix`` of the operation's shape on the operands' device raises a
+        ``TypeError`` naming the rule). The built-in rules set it: they build results from operands checked when they
+        were made, and check overflow where it can arise.
 
     Examples
     --------
@@ -215,4 +219,32 @@ def apply(op: str, *operands):
         raise NoRuleError(f"no structured {op} for {names}")
     if rule.trusted:
         return trusted_call(rule.fn, *operands)  # the operands were checked when they were made
-    return rule.fn(*operands)
+    return _checked_result(rule, operands, rule.fn(*operands))
+
+
+def _expected_shape(op: str, operands: tuple) -> tuple[int, ...] | None:
+    """The shape of ``op``'s result (operands of equal or broadcastable batches, as the operators checked)."""
+    a = operands[0].shape
+    if op == "inv":
+        return tuple(a)
+    if op == "transpose":
+        return (*a[:-2], a[-1], a[-2])
+    b = operands[1].shape
+    try:
+        batch = tuple(torch.broadcast_shapes(a[:-2], b[:-2]))
+    except RuntimeError:
+        return None
+    return (*batch, a[-2], b[-1]) if op == "matmul" else (*batch, *a[-2:])
+
+
+def _checked_result(rule: Rule, operands: tuple, result):
+    """A user's rule's result: a structured matrix of the operation's shape on the operands' device (its mistakes
+    surface here, named, rather than in a later call on a matrix of the wrong shape)."""
+    want = _expected_shape(rule.op, operands)
+    if not getattr(result, "__structured_matrix__", False) or isinstance(result, type) or \
+            (want is not None and tuple(result.shape) != want) or result.device != operands[0].device:
+        got = f"{type(result).__name__}" + (f" of shape {tuple(result.shape)} on {result.device}"
+                                            if getattr(result, "__structured_matrix__", False) else "")
+        raise TypeError(f"the {rule.op} rule {rule.name} returned {got}; a StructuredMatrix of shape {want} on "
+                        f"{operands[0].device} was expected")
+    return result

@@ -127,3 +127,32 @@ def test_rules_on_virtual_subclasses_and_users_rules_checked():
 def test_resolve_names_an_unknown_operation():
     with pytest.raises(ValueError, match="op must be one of"):
         dispatch.resolve("mul", sm.OneSS.causal(3))
+
+
+def test_a_users_rule_returning_the_wrong_thing_is_named():
+    """A user's rule whose result is not a structured matrix of the operation's shape raises at once, naming the
+    rule (it went on to fail, or to give wrong shapes, in a later call); a right result passes unchanged."""
+    results = {"tensor": lambda a, b: torch.ones(3, 3, dtype=F64),
+               "shape": lambda a, b: sm.Diagonal(torch.ones(4, dtype=F64)),
+               "batch": lambda a, b: sm.Diagonal(torch.ones(2, 3, dtype=F64)),
+               "meta": lambda a, b: sm.Diagonal(torch.ones(3, device="meta"))}
+    for what, make in results.items():
+        def wrong(a, b, make=make):
+            return make(a, b)
+
+        sm.register("matmul", Ones, Ones, precedence=10)(wrong)
+        try:
+            with pytest.raises(TypeError, match=r"the matmul rule wrong returned .*a StructuredMatrix of shape \(3, 3\) on cpu"):
+                Ones(3) @ Ones(3)
+        finally:
+            dispatch._REGISTRY["matmul"] = [r for r in dispatch._REGISTRY["matmul"] if r.fn is not wrong]
+        assert isinstance(Ones(3) @ Ones(3), sm.Product), what
+    right = sm.register("inv", Ones, precedence=10)(lambda a: sm.Diagonal(torch.ones(a.shape[-1], dtype=F64)))
+    transpose = sm.register("transpose", Ones, precedence=10)(lambda a: sm.Dense(torch.ones(4, 3, dtype=F64)))
+    try:
+        assert isinstance(Ones(3).inv(), sm.Diagonal)
+        with pytest.raises(TypeError, match=r"returned Dense of shape \(4, 3\) on cpu; a StructuredMatrix of shape \(3, 3\)"):
+            _ = Ones(3).T
+    finally:
+        dispatch._REGISTRY["inv"] = [r for r in dispatch._REGISTRY["inv"] if r.fn is not right]
+        dispatch._REGISTRY["transpose"] = [r for r in dispatch._REGISTRY["transpose"] if r.fn is not transpose]
