@@ -109,12 +109,14 @@ def sss(draw, *, T=None, N=None, batch=None, dtype=torch.float64, kind=None, exp
 
 @st.composite
 def diagonals(draw, *, T=None, batch=None, dtype=torch.float64):
+    """Random :class:`Diagonal`: ``1.5`` plus entries in ``[-1, 1)`` (invertible)."""
     T, batch = _sizes(draw, T, batch, 60)
     return Diagonal(1.5 + draw(_tensor((*batch, T), dtype=dtype)))
 
 
 @st.composite
 def bidiagonals(draw, *, T=None, batch=None, dtype=torch.float64):
+    """Random :class:`Bidiagonal`, lower or upper, with a dominant diagonal (well conditioned)."""
     T, batch = _sizes(draw, T, batch, 60)
     M = Bidiagonal(1.5 + draw(_tensor((*batch, T), dtype=dtype)), draw(_tensor((*batch, max(T - 1, 0)), dtype=dtype)))
     return _oriented(draw, M)
@@ -122,6 +124,7 @@ def bidiagonals(draw, *, T=None, batch=None, dtype=torch.float64):
 
 @st.composite
 def lowranks(draw, *, T=None, r=None, batch=None, dtype=torch.float64):
+    """Random :class:`LowRank` ``U V^T`` of rank ``r`` (drawn from 1 to 3 where None)."""
     T, batch = _sizes(draw, T, batch, 40)
     r = draw(st.integers(1, 3)) if r is None else r
     return LowRank(draw(_tensor((*batch, T, r), dtype=dtype)), draw(_tensor((*batch, T, r), dtype=dtype)))
@@ -129,6 +132,7 @@ def lowranks(draw, *, T=None, r=None, batch=None, dtype=torch.float64):
 
 @st.composite
 def denses(draw, *, T=None, batch=None, dtype=torch.float64):
+    """Random :class:`Dense` ``3 I + E / T`` with entries of ``E`` in ``[-1, 1)`` (well conditioned)."""
     T, batch = _sizes(draw, T, batch, 30)
     eye = torch.eye(T, dtype=dtype)
     return Dense(3 * eye + draw(_tensor((*batch, T, T), dtype=dtype)) / max(T, 1))

@@ -71,6 +71,7 @@ class Order(abc.ABC):
 
 
 ORDERS: dict[str, Order] = {}
+"""Every contraction order by name (``quadratic``, ``linear``, ``chunked``, ``lowrank``, ...), as registered."""
 
 
 def register_order(order: Order) -> Order:
