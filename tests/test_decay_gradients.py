@@ -221,3 +221,24 @@ def test_second_derivatives_through_the_chunked_order_raise(loss):
         got, want = _hessian_vector_products(lambda a: PATHS[order][0](sm.OneSS.from_decays(a)),
                                              lambda a: PATHS[order][1](products(a)), LOSSES[loss], a)
         close(got, want)
+
+
+def test_mixed_second_derivatives_through_the_chunked_order_raise():
+    """``d/da`` of the gradient with respect to ``q`` (an input-gradient penalty while the decays train): the chunked
+    order computes ``q``'s gradient with the decays held fixed, so it raises (it gave a wrong number without a word);
+    the linear order gives the quadratic order's value, and with decays that want no gradient the chunked order's
+    second derivative in ``q`` is exact."""
+    def mixed(order, a_grad=True):
+        a = KINDS["from_decays"][0].clone().requires_grad_(a_grad)
+        qq = q.clone().requires_grad_()
+        y = sm.sma(qq, k, v, sm.OneSS.from_decays(a), order=order, chunk=3)
+        (gq,) = torch.autograd.grad(y.square().sum(), qq, create_graph=True)
+        return torch.autograd.grad(gq.square().sum(), (a, qq) if a_grad else qq)
+
+    with pytest.raises(RuntimeError, match="not differentiable twice.*order='linear' or 'quadratic'"):
+        mixed("chunked")
+    want = mixed("quadratic")
+    assert want[0].abs().max() > 0
+    for got, w in zip(mixed("linear"), want):
+        close(got, w)
+    close(mixed("chunked", a_grad=False)[0], mixed("quadratic", a_grad=False)[0])

@@ -126,7 +126,9 @@ class _ExactDecayGradient(torch.autograd.Function):
         x, log_a, B, C, decays = ctx.saved_tensors
         with torch.no_grad():
             grad = decay_gradient(x, log_a, B, C, dy, ctx.chunk).to(decays.dtype).sum_to_size(decays.shape)
-        return dy, _not_twice(grad, decays), None, None, None, None, None
+        # the gradients of x, B, C come from the chunked primitive run on detached logs: differentiated again
+        # (create_graph=True) they would miss their dependence on the decays, so that path raises too
+        return _not_twice(dy, decays), _not_twice(grad, decays), None, None, None, None, None
 
 
 class _NotDifferentiableTwice(torch.autograd.Function):
@@ -136,15 +138,17 @@ class _NotDifferentiableTwice(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, _):
-        raise RuntimeError("the decays' gradient of the chunked SMA order is not differentiable twice (its backward is "
-                           "written by hand): for second derivatives take order='linear' or 'quadratic'")
+        raise RuntimeError("the chunked SMA order with decays in linear space is not differentiable twice (its backward "
+                           "is written by hand): for second derivatives take order='linear' or 'quadratic'")
 
 
 def _not_twice(grad: torch.Tensor, decays: torch.Tensor) -> torch.Tensor:
-    """``grad``, whose derivative with respect to ``decays`` raises where the backward is differentiated
-    (``create_graph=True``). torch's ``once_differentiable`` hangs its error on a new leaf, which a derivative with
-    respect to the decays never visits: a second derivative lost these terms without a word wherever the decays
-    also entered the loss another way (``(y * w).sum() + f(a)``)."""
+    """``grad``, whose derivative raises where the backward is differentiated (``create_graph=True``) while the
+    decays want a gradient: the pure second derivative in the decays (the hand-written adjoint) and the mixed ones
+    (the gradients of ``q``, ``k``, ``v`` and the maps, computed with the decays held fixed) would miss terms. torch's
+    ``once_differentiable`` hangs its error on a new leaf, which a derivative with respect to the decays never
+    visits: a second derivative lost these terms without a word wherever the decays also entered the loss another
+    way (``(y * w).sum() + f(a)``)."""
     if not torch.is_grad_enabled():
         return grad
     return _NotDifferentiableTwice.apply(grad, decays)
@@ -153,5 +157,5 @@ def _not_twice(grad: torch.Tensor, decays: torch.Tensor) -> torch.Tensor:
 def with_exact_decay_gradient(y, decays, x, log_a, B, C, chunk: int = ADJOINT_CHUNK) -> torch.Tensor:
     """``y`` (the output of ``chunked_decay(x, log_a, B, C)`` run with ``log_a`` detached), whose gradient also
     reaches ``decays`` (``exp(log_a)`` with its graph, shape ``(B, T, H)`` or broadcast to it) through
-    :func:`decay_gradient`. Not differentiable twice with respect to the decays: a second derivative raises."""
+    :func:`decay_gradient`. Not differentiable twice while the decays want a gradient: a second derivative raises."""
     return _ExactDecayGradient.apply(y, decays, *(t.detach() for t in (x, log_a, B, C)), chunk)
