@@ -12,14 +12,17 @@ For a lower SSS mask ``L`` the attention state ``S_t = sum_{s <= t} (A_t...A_{s+
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 
 from structmat.attention.heads import check_mask, check_qkv, expand_heads, mask_as_bh, result_dtype
 from structmat.core.base import StructuredMatrix
 from structmat.core.transitions import Transitions
-from structmat.core.validation import check_scalar, check_tensor
+from structmat.core.validation import check_count, check_scalar, check_tensor
 from structmat.linalg.scan import linear_scan
 from structmat.matrices.bidiagonal import Bidiagonal
+from structmat.matrices.diagonal import Diagonal
 from structmat.matrices.sss import SSS
 
 __all__ = ["SMADecoder", "sma_step", "sma_state"]
@@ -28,6 +31,9 @@ __all__ = ["SMADecoder", "sma_step", "sma_state"]
 def _lower_sss(mask: StructuredMatrix) -> SSS:
     if isinstance(mask, Bidiagonal) and mask.lower:  # a two-state shift register
         mask = mask.to_sss()
+    if isinstance(mask, Diagonal):  # no state at all: an SSS of order 0
+        none = mask.d.new_zeros(*mask.d.shape, 0)
+        mask = SSS(none, none, none, D=mask.d)
     if not isinstance(mask, SSS) or not mask.lower:
         raise TypeError(
             f"{type(mask).__name__} has no bounded recurrent state (only lower SSS/OneSS/Bidiagonal masks decode "
@@ -48,6 +54,31 @@ def _one_step(A, B_t: torch.Tensor) -> Transitions:
     return Transitions.from_shape(A.unsqueeze(A.dim() - 1 - extra if extra >= 0 else A.dim()), B_t[..., None, :])
 
 
+def _check_step(state, q_t, k_t, v_t, B_t, C_t, D_t, scale) -> float:
+    """The arguments of :func:`sma_step` against the sizes ``q_t``, ``v_t`` and ``B_t`` set (a state of another
+    order, batch or width was broadcast without a word); returns the checked ``scale``."""
+    for name, t, what in (("q_t", q_t, "(B, H|H_k, N)"), ("k_t", k_t, "(B, H_k, N)"), ("v_t", v_t, "(B, H, P)"),
+                          ("B_t", B_t, "(B|1, H|1, n)"), ("C_t", C_t, "(B|1, H|1, n)")):
+        check_tensor(t, name, f"a 3-D tensor {what}")
+        if t.dim() != 3:
+            raise ValueError(f"{name} must be a 3-D tensor {what}; got shape {tuple(t.shape)}")
+    check_qkv(q_t[:, None], k_t[:, None], v_t[:, None])
+    (Bsz, H, P), N, n = v_t.shape, q_t.shape[-1], B_t.shape[-1]
+    for name, t in (("B_t", B_t), ("C_t", C_t)):
+        if t.shape[0] not in (1, Bsz) or t.shape[1] not in (1, H) or t.shape[2] != n:
+            raise ValueError(f"{name} must have shape (B|1, H|1, n) = ({Bsz}|1, {H}|1, {n}); got {tuple(t.shape)}")
+    if D_t is not None and not isinstance(D_t, numbers.Number):
+        check_tensor(D_t, "D_t", "a number or a tensor (B|1, H|1)")
+        if D_t.dim() > 2 or any(s not in (1, f) for s, f in zip(D_t.shape[::-1], (H, Bsz))):
+            raise ValueError(f"D_t must broadcast to (B, H) = ({Bsz}, {H}); got {tuple(D_t.shape)}")
+    if state is not None:
+        check_tensor(state, "state", "a tensor (B, H, n, N, P)")
+        if tuple(state.shape) != (Bsz, H, n, N, P):
+            raise ValueError(f"state must have shape (B, H, n, N, P) = {(Bsz, H, n, N, P)} (n from B_t); got "
+                             f"{tuple(state.shape)}")
+    return check_scalar(scale, "scale", real=True)
+
+
 def sma_step(state, q_t, k_t, v_t, A, B_t, C_t, D_t=None, *, scale: float = 1.0):
     """One token of SMA with a lower SSS mask whose step parameters are given; returns ``(y_t, state)``.
 
@@ -62,7 +93,7 @@ def sma_step(state, q_t, k_t, v_t, A, B_t, C_t, D_t=None, *, scale: float = 1.0)
         ``(B, H, n)`` or dense ``(B, H, n, n)`` tensor, or a one-step ``Transitions`` (log decays:
         ``Transitions.from_log(log_a[..., None])`` with ``log_a (B, H)``). Unused when ``state`` is None.
     B_t, C_t : Tensor ``(B|1, H|1, n)``
-    D_t : Tensor ``(B|1, H|1)``, optional
+    D_t : Tensor ``(B|1, H|1)`` or number, optional
         The step's diagonal entry (default ``C_t . B_t``).
 
     Notes
@@ -78,6 +109,7 @@ def sma_step(state, q_t, k_t, v_t, A, B_t, C_t, D_t=None, *, scale: float = 1.0)
     >>> y  # (0.5 + 1) * (q . k)
     tensor([[[3., 3., 3.]]])
     """
+    scale = _check_step(state, q_t, k_t, v_t, B_t, C_t, D_t, scale)
     q, k, v = (x[:, 0] for x in expand_heads(q_t[:, None], k_t[:, None], v_t[:, None]))
     batch = v.shape[:2]
     D = (C_t * B_t).sum(-1) if D_t is None else torch.as_tensor(D_t)
@@ -87,7 +119,8 @@ def sma_step(state, q_t, k_t, v_t, A, B_t, C_t, D_t=None, *, scale: float = 1.0)
         past = torch.zeros(*batch, B_t.shape[-1], *kv.shape[-2:], dtype=dtype, device=v.device)
     else:
         A1 = _one_step(A, B_t)
-        past = A1.apply(state.reshape(*batch, 1, state.shape[-3], -1)).reshape(state.shape).to(dtype)
+        flat = state.reshape(*batch, 1, state.shape[-3], state.shape[-2] * state.shape[-1])  # (no -1: order 0 is empty)
+        past = A1.apply(flat).reshape(state.shape).to(dtype)
     y = torch.einsum("bhm,bhmnp,bhn->bhp", C_t.expand(*batch, -1).to(dtype), past, q.to(dtype))
     y = y + D.expand(batch)[..., None].to(dtype) * (q * k).sum(-1, keepdim=True).to(dtype) * v.to(dtype)
     state = past + B_t.expand(*batch, -1).to(dtype)[..., None, None] * kv.to(dtype)[:, :, None]
@@ -121,7 +154,8 @@ def sma_state(k, v, mask: StructuredMatrix) -> torch.Tensor:
 
 
 class SMADecoder:
-    """Token-by-token SMA for a lower ``SSS``/``OneSS``/``Bidiagonal`` mask; ``step`` reproduces ``sma``.
+    """Token-by-token SMA for a lower ``SSS``/``OneSS``/``Bidiagonal`` (or ``Diagonal``) mask; ``step`` reproduces
+    ``sma``.
 
     ``state`` and ``start`` continue after a prefill: ``SMADecoder(mask, state=sma_state(k[:, :t],
     v[:, :t], prefix_mask), start=t)`` with ``prefix_mask`` the mask's first ``t`` positions. Masks
@@ -141,7 +175,7 @@ class SMADecoder:
 
     def __init__(self, mask: StructuredMatrix, *, scale: float = 1.0, state: torch.Tensor | None = None,
                  start: int = 0):
-        self.mask, self.t, self.state = _lower_sss(mask), int(start), state
+        self.mask, self.t, self.state = _lower_sss(mask), check_count(start, "start"), state
         self.scale = check_scalar(scale, "scale", real=True)
         if not 0 <= self.t <= self.mask.shape[-2]:
             raise ValueError(f"start must be in [0, T={self.mask.shape[-2]}]; got {start}")

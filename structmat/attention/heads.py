@@ -45,7 +45,7 @@ def check_qkv(q, k, v, *, shapes: bool = False) -> None:
         raise ValueError(f"q and k must share the last dim N; got {N} and {Nk}")
     if Sv != S:
         raise ValueError(f"k and v must share the sequence length S; got {S} and {Sv}")
-    if Hk == 0 or H % Hk:
+    if (H % Hk if Hk else H):  # (no heads at all is an empty call)
         raise ValueError(f"v heads H={H} must be a multiple of k heads H_k={Hk}")
     if Hq not in (H, Hk):
         raise ValueError(f"q must have H={H} or H_k={Hk} heads; got {Hq}")
@@ -64,6 +64,8 @@ def check_mask(mask, T: int, S: int, B: int, H: int, device: torch.device | None
 def expand_heads(q, k, v):
     """``q, k`` with grouped heads repeated to the ``H`` heads of ``v`` (after :func:`check_qkv`)."""
     H = v.shape[2]
+    if H == 0:
+        return q, k, v
     k = k.repeat_interleave(H // k.shape[2], dim=2) if k.shape[2] != H else k
     q = q.repeat_interleave(H // q.shape[2], dim=2) if q.shape[2] != H else q
     return q, k, v

@@ -41,8 +41,9 @@ class Plan:
                  f"{'order':<10} {'GFLOP':>10} {'extra MB':>10} {'passes':>8} {'est. ms':>10}"]
         for name, cost in self.alternatives.items():
             mark = " <" if name == self.order else ""
+            ms = "-" if cost["ms"] is None else f"{cost['ms']:.3f}"  # (an order the tuning has no coefficients for)
             lines.append(f"{name:<10} {cost['flops'] / 1e9:>10.3f} {cost['bytes'] / 2**20:>10.2f} "
-                         f"{cost['passes']:>8.0f} {cost['ms']:>10.3f}{mark}")
+                         f"{cost['passes']:>8.0f} {ms:>10}{mark}")
         return "\n".join(lines)
 
 
@@ -112,7 +113,11 @@ def _plan(sizes: tuple, mask: StructuredMatrix, tuning: Tuning) -> Plan:
         cost = ORDERS[name].cost(problem, mask, tuning)
         ms = tuning.estimate_ms(name, cost.flops, cost.bytes, cost.passes, cost.path)
         costs[name] = {"flops": cost.flops, "bytes": cost.bytes, "passes": cost.passes, "ms": ms}
-    best = min(costs, key=lambda o: costs[o]["ms"])
+    estimated = [name for name in costs if costs[name]["ms"] is not None]
+    if not estimated:
+        raise ValueError(f"the tuning for {tuning.device} has no coefficients for any admissible order "
+                         f"({', '.join(costs)}): name one with order=, or add coefficients to the tuning")
+    best = min(estimated, key=lambda o: costs[o]["ms"])
     return Plan(best, costs[best]["flops"], costs[best]["bytes"], costs, tuning.device, chunk)
 
 

@@ -13,6 +13,20 @@ from structmat.core.validation import check_positive_int, check_scalar
 
 __all__ = ["sma"]
 
+
+class _EmptySum(torch.autograd.Function):
+    """The zeros of an attention with nothing to sum over (an empty ``S`` or ``N``, or an empty output), in the graph
+    of ``q, k, v`` as ``torch.einsum``'s result is: a loss built on it differentiates, to zero gradients."""
+
+    @staticmethod
+    def forward(ctx, shape, dtype, q, k, v):
+        ctx.inputs = [(t.shape, t.dtype, t.device) for t in (q, k, v)]
+        return torch.zeros(shape, dtype=dtype, device=v.device)
+
+    @staticmethod
+    def backward(ctx, _):
+        return None, None, *(torch.zeros(s, dtype=d, device=dev) for s, d, dev in ctx.inputs)
+
 def sma(q, k, v, mask: StructuredMatrix, *, order: str = "auto", scale: float = 1.0, chunk: int | None = None,
         tuning: Tuning | None = None) -> torch.Tensor:
     """Structured masked attention ``Y = (L o (Q K^T)) V`` per batch and head.
@@ -54,6 +68,12 @@ def sma(q, k, v, mask: StructuredMatrix, *, order: str = "auto", scale: float = 
     True
     """
     check_qkv(q, k, v)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not (t.is_floating_point() or t.is_complex()):  # (an integer attention would truncate)
+            raise TypeError(f"{name} must be a floating-point or complex tensor; got {t.dtype}")
+    if tuning is not None and not isinstance(tuning, Tuning):
+        raise TypeError(f"tuning must be a Tuning (structmat.attention.tuning_for(device)) or None; got "
+                        f"{type(tuning).__name__}")
     q, k, v = expand_heads(q, k, v)
     T, S = q.shape[1], k.shape[1]
     check_mask(mask, T, S, q.shape[0], q.shape[2], q.device)
@@ -65,7 +85,7 @@ def sma(q, k, v, mask: StructuredMatrix, *, order: str = "auto", scale: float = 
     dtype = torch.promote_types(torch.promote_types(q.dtype, k.dtype), v.dtype)
     result = result_dtype(dtype, mask.dtype)
     if 0 in (q.shape[0], T, S, q.shape[2], q.shape[3], v.shape[3]):  # nothing to contract: zeros of the right shape
-        return v.new_zeros(q.shape[0], T, q.shape[2], v.shape[3], dtype=result)
+        return _EmptySum.apply((q.shape[0], T, q.shape[2], v.shape[3]), result, q, k, v)
     if order == "auto":
         plan = plan_checked(q.shape, k.shape, v.shape, mask, dtype, chunk, tuning)
         order, chunk = plan.order, plan.chunk

@@ -64,11 +64,15 @@ class Tuning:
     time_blocks: bool
     coefficients: dict = field(default_factory=dict)
 
-    def estimate_ms(self, order: str, flops: float, bytes_: float, passes: float, path: str = "") -> float:
+    def estimate_ms(self, order: str, flops: float, bytes_: float, passes: float, path: str = "") -> float | None:
         """``flops * s_flop + bytes * s_byte + passes * ms_pass`` with the coefficients of ``"order/path"`` where the
-        tuning has them, else of ``order``."""
+        tuning has them, else of ``order``; None where it has neither (a user's order without coefficients:
+        ``order="auto"`` leaves it out)."""
         key = f"{order}/{path}"
-        s_flop, s_byte, ms_pass = self.coefficients[key if path and key in self.coefficients else order]
+        coefficients = self.coefficients.get(key if path and key in self.coefficients else order)
+        if coefficients is None:
+            return None
+        s_flop, s_byte, ms_pass = coefficients
         return flops * s_flop + bytes_ * s_byte + passes * ms_pass
 
 

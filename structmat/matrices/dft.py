@@ -111,9 +111,12 @@ class DFT(StructuredMatrix):
         return (self.scale * out).to(torch.promote_types(self.dtype, X.dtype))
 
     def _map(self, fn) -> DFT:
-        """A cast sets the precision (a complex part stays complex: ``to(float16)`` gives ``complex32``)."""
+        """A cast sets the precision (a complex part stays complex: ``to(float16)`` gives ``complex32``); a complex
+        cast of a real part makes it complex (its scale a complex number of the same value)."""
         probe = fn(torch.zeros((), dtype=self._precision, device=self.device))
-        return self._with(dtype=probe.dtype, device=probe.device)
+        widened = not self.dtype.is_complex and fn(torch.zeros((), dtype=self.dtype, device=self.device)).is_complex()
+        scale = complex(self.scale) if widened else self.scale
+        return self._with(dtype=probe.dtype, device=probe.device, scale=scale)
 
     @property
     def T(self) -> DFT:

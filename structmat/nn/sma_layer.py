@@ -16,7 +16,7 @@ from torch import nn
 from structmat.attention import sma, sma_step
 from structmat.core.base import StructuredMatrix
 from structmat.core.transitions import Transitions
-from structmat.core.validation import skip_finite_checks
+from structmat.core.validation import check_positive_int, skip_finite_checks
 from structmat.matrices.fourier import Fourier
 from structmat.matrices.one_ss import OneSS
 from structmat.matrices.quasiseparable import Quasiseparable
@@ -80,6 +80,8 @@ class SMA(nn.Module):
         kw = {"device": device, "dtype": dtype}
         if isinstance(mask, str) and mask not in MASKS:
             raise ValueError(f"mask must be one of {MASKS} or a callable returning a StructuredMatrix; got {mask!r}")
+        for name, n in (("d_model", d_model), ("n_heads", n_heads), ("n_groups", n_groups)):
+            check_positive_int(n, name)
         if n_heads % n_groups:
             raise ValueError(f"n_heads={n_heads} must be a multiple of n_groups={n_groups}")
         self.d_model, self.n_heads, self.n_groups, self.d_state = d_model, n_heads, n_groups, d_state

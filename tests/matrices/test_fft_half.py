@@ -98,3 +98,16 @@ def test_dft_half(dt, complex_dt):
     close((F @ x.to(complex_dt)).to(torch.complex128), want @ rounded(x, dt), rtol=tolerance(dt))
     close((F.real @ x.to(dt)).double(), want.real @ rounded(x, dt), rtol=tolerance(dt))
     assert (F.real @ x.to(dt)).dtype == dt and F.inv().dtype == complex_dt
+
+
+def test_dft_part_cast_to_a_complex_dtype_is_complex():
+    """``DFT(T).real.to(complex64)`` kept float32 (the cast set only the precision): a complex cast of a real part
+    gives that complex dtype, with the same entries; real casts and the full matrix's casts are unchanged."""
+    R = sm.DFT(6).real
+    for dt in (torch.complex64, torch.complex128):
+        C = R.to(dt)
+        assert C.dtype == dt
+        close(C.to_dense().to(torch.complex128), R.to_dense().to(torch.complex128), rtol=1e-6)
+        x = randn(6, 2, seed=3).to(dt)
+        close((C @ x).to(torch.complex128), R.to_dense().to(torch.complex128) @ x.to(torch.complex128), rtol=1e-5)
+    assert R.to(torch.float64).dtype == torch.float64 and sm.DFT(6).to(torch.complex128).dtype == torch.complex128

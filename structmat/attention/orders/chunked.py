@@ -166,5 +166,7 @@ class Chunked(Order):
             out = part if out is None else out + part
         if len(terms) == 1 and terms[0] is mask:
             return out
+        if out is None:  # order 0 (a compressed mask whose strict part vanished): the diagonal alone
+            out = torch.zeros(*q.shape[:2], *v.shape[2:], dtype=dtype, device=v.device)
         correction = mask.diagonal() - sum(t.diagonal() for t in terms)
         return add_diagonal(out, correction, mask, q, k, v, scale)

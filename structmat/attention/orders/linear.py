@@ -59,6 +59,7 @@ def linear_slices(tuning: Tuning, length: int, B: int, H: int, N: int, P: int) -
     """``(n, p)``: key features and value columns of one pass: ``B H n p`` columns of ``length``
     elements within ``tuning.linear_budget``, but at least ``tuning.min_columns`` columns."""
     cols = max(1, tuning.linear_budget // max(1, B * H * length), -(-tuning.min_columns // max(1, B * H)))
+    P = max(P, 1)  # (P = 0: an empty call, planned)
     return (max(1, min(N, cols // P)), P) if cols >= P else (1, cols)
 
 
