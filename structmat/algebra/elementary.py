@@ -9,7 +9,7 @@ import torch
 
 from structmat.algebra.semiseparable import batch_of, fit, sss_add, sss_matmul
 from structmat.core.base import StructuredMatrix
-from structmat.core.dtypes import real_dtype
+from structmat.core.dtypes import compute_dtype, real_dtype
 from structmat.core.lazy import Inverse, Sum, Transpose
 from structmat.core.validation import SingularMatrixError, check_overflow, overflow_checks_enabled
 from structmat.matrices.bidiagonal import Bidiagonal
@@ -66,10 +66,10 @@ def dense_matmul(a: Dense, b: Dense) -> Dense:
 
 
 def dense_inverse(a: Dense) -> Dense:
-    inverse, info = torch.linalg.inv_ex(a.M)
+    inverse, info = torch.linalg.inv_ex(a.M.to(compute_dtype(a.dtype)))  # (half precisions in float32)
     if bool((info != 0).any()):
         raise SingularMatrixError("Dense matrix is singular")
-    return Dense(inverse)
+    return Dense(inverse.to(a.dtype))
 
 
 def dense_hadamard(a: Dense, m: StructuredMatrix) -> Dense:

@@ -34,6 +34,7 @@ from structmat.algebra.semiseparable import (
     sss_add,
     sss_hadamard,
 )
+from structmat.core.dtypes import compute_dtype
 from structmat.core.joined_transitions import block_diagonal, kron
 from structmat.core.transitions import Transitions
 from structmat.linalg.quasiseparable_inverse import quasiseparable_inverse
@@ -234,7 +235,10 @@ def qs_matmul(M1: Quasiseparable, M2: Quasiseparable) -> Quasiseparable:
 def qs_inverse(M: Quasiseparable) -> Quasiseparable:
     """``M^{-1}`` from the generators by Eidelman and Gohberg's inversion recursion (no pivoting: needs
     nonzero leading principal minors); orders unchanged (``n + 1`` on a side whose realization needs it,
-    ``docs/deviations.md`` item 1). See :mod:`structmat.linalg.quasiseparable_inverse`."""
+    ``docs/deviations.md`` item 1). See :mod:`structmat.linalg.quasiseparable_inverse`. Half precisions invert in
+    float32 (its triangular solves have none), the generators rounded back."""
+    if (work := compute_dtype(M.dtype)) != M.dtype:
+        return qs_inverse(M.to(work)).to(M.dtype)
     batch = M.batch_shape
     lower, upper, diag = quasiseparable_inverse(M.lower_part.generators, M.upper_part.generators, M.diag, batch)
     return Quasiseparable._of(SSS._assemble(lower, True, batch), SSS._assemble(upper, False, batch), diag, batch)

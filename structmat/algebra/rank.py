@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from structmat.core.base import StructuredMatrix
-from structmat.core.validation import as_tensor, check_finite, check_tolerance
+from structmat.core.validation import as_tensor, check_finite, check_flag, check_tolerance
 from structmat.linalg.hankel import hankel_ranks
 from structmat.matrices.bidiagonal import Bidiagonal
 from structmat.matrices.dense import Dense
@@ -75,10 +75,11 @@ def semiseparable_rank(M, tol: float | None = None, strict: bool = False) -> int
     (1, 2, 1)
     """
     tol = check_tolerance(tol)
+    strict = check_flag(strict, "strict")
     if isinstance(M, StructuredMatrix):
         if M.shape[-1] != M.shape[-2]:  # (the definition's diagonal; a rectangular LowRank failed inside tril)
             raise ValueError(f"M must have shape (*, T, T); got {tuple(M.shape)}")
-        if M.batch_shape.numel() == 0:  # the largest rank over an empty batch, as for a dense one (D39)
+        if M.shape[-1] == 0 or M.batch_shape.numel() == 0:  # no submatrix: rank 0, as for a dense one (D39)
             return 0
         if isinstance(M, SSS):
             return _sss_rank(M, tol, strict)

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from structmat.core import dispatch, small
-from structmat.core.dtypes import real_dtype
+from structmat.core.dtypes import compute_dtype, real_dtype
 from structmat.core.host import host
 from structmat.core.validation import (
     as_tensor,
@@ -191,6 +191,11 @@ class StructuredMatrix(abc.ABC):
 
     def __rmatmul__(self, other: Any):
         X = as_tensor(other, "X", device=self.device) if not isinstance(other, torch.Tensor) else other
+        T = self.shape[-2]
+        if X.dim() == 0 or X.shape[-1] != T:  # (checked here: the transposed product would name X transposed)
+            got = "a scalar" if X.dim() == 0 else f"shape {tuple(X.shape)}"
+            raise ValueError(f"X in X @ M must have shape ({T},) or (*, K, {T}) for a matrix of shape "
+                             f"{tuple(self.shape)}; got {got}")
         if X.dim() == 1:
             return self.T.matmul(X)
         return self.T.matmul(X.transpose(-1, -2)).transpose(-1, -2)
@@ -247,6 +252,13 @@ class StructuredMatrix(abc.ABC):
         """Solve ``M X = Y`` for ``Y`` of shape ``(*, T, K)`` or ``(T,)``, through :meth:`inv`."""
         self._check_square("solve()")
         return self._inverse()._product(Y, "Y")
+
+    def _solve_in_float32(self, Y: Any) -> torch.Tensor:
+        """``solve`` of a half-precision matrix (LAPACK and the triangular solves have none): in float32, the
+        solution rounded to the common dtype (DESIGN section 5: half precisions accumulate in float32)."""
+        M, Y, vector = self._operand(Y, "Y")
+        X = M.to(compute_dtype(Y.dtype)).solve(Y.to(compute_dtype(Y.dtype))).to(Y.dtype)
+        return X[..., 0] if vector else X
 
     def _inverse(self) -> StructuredMatrix:
         """:meth:`inv`, kept with the matrix for its next solves (:func:`structmat.core.small.keep`)."""

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["complex_dtype", "real_dtype"]
+__all__ = ["complex_dtype", "real_dtype", "compute_dtype"]
 
 _COMPLEX = {torch.float16: torch.complex32, torch.bfloat16: torch.complex64,
             torch.float32: torch.complex64, torch.float64: torch.complex128}
 _REAL = {torch.complex32: torch.float16, torch.complex64: torch.float32, torch.complex128: torch.float64}
+_HALF = {torch.float16: torch.float32, torch.bfloat16: torch.float32, torch.complex32: torch.complex64}
 
 
 def complex_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -35,3 +36,13 @@ def real_dtype(dtype: torch.dtype) -> torch.dtype:
     (torch.float32, torch.float64)
     """
     return _REAL.get(dtype, dtype)
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype FFTs and LAPACK run in for data of ``dtype`` (neither has half precisions): float32 / complex64 for
+    the half precisions, else ``dtype``.
+
+    >>> compute_dtype(torch.float16), compute_dtype(torch.complex32), compute_dtype(torch.float64)
+    (torch.float32, torch.complex64, torch.float64)
+    """
+    return _HALF.get(dtype, dtype)

@@ -16,7 +16,8 @@ import torch
 
 from structmat.core.base import StructuredMatrix, reciprocal
 from structmat.core.dispatch import FALLBACK, register
-from structmat.core.validation import broadcast_batch, broadcast_shapes, check_matrix
+from structmat.core.dtypes import compute_dtype
+from structmat.core.validation import SingularMatrixError, broadcast_batch, broadcast_shapes, check_matrix
 
 __all__ = ["Sum", "Product", "Inverse", "Transpose"]
 
@@ -113,7 +114,9 @@ class Product(StructuredMatrix):
         super().__init__((*batch, flat[0].shape[-2], flat[-1].shape[-1]), _common_dtype(flat), flat[0].device)
 
     def to_dense(self) -> torch.Tensor:
-        return functools.reduce(torch.matmul, (f.to_dense().to(self.dtype) for f in self.factors)).expand(self.shape)
+        work = compute_dtype(self.dtype)  # (complex32 has no matmul on the CPU)
+        dense = functools.reduce(torch.matmul, (f.to_dense().to(work) for f in self.factors))
+        return dense.to(self.dtype).expand(self.shape)
 
     def _matmat(self, X):
         for f in reversed(self.factors):
@@ -152,14 +155,17 @@ class Inverse(StructuredMatrix):
     ('Inverse', tensor([0.5000, 0.5000, 0.5000]))
     """
 
-    def __init__(self, M: StructuredMatrix):
+    def __init__(self, M: StructuredMatrix, *, scale=None):
         check_matrix(M, "M", "a square StructuredMatrix")
         M._check_square("Inverse")
         self.M = M
+        self.scale = scale  # ``scale * M^{-1}``: only where the scale is zero (``M * (1 / 0)`` has no form)
         super().__init__(M.shape, M.dtype, M.device)
 
     def to_dense(self) -> torch.Tensor:
-        return torch.linalg.inv(self.M.to_dense())
+        dense = self.M.to_dense()
+        D = torch.linalg.inv(dense.to(compute_dtype(dense.dtype))).to(dense.dtype)  # (half precisions in float32)
+        return D if self.scale is None else D * self.scale
 
     def _matmat(self, X):
         M = self.M
@@ -167,23 +173,34 @@ class Inverse(StructuredMatrix):
             raise TypeError(f"{type(M).__name__} has no solve of its own and no structured inverse; solve "
                             "iteratively with scipy.sparse.linalg.gmres(structmat.aslinearoperator(M), y), or densely "
                             "with torch.linalg.solve(M.to_dense(), y)")
-        return M.solve(X)
+        Y = M.solve(X)
+        return Y if self.scale is None else Y * self.scale
 
     def _map(self, fn) -> Inverse:
-        return Inverse(self.M._map(fn))
+        scale = fn(self.scale) if isinstance(self.scale, torch.Tensor) else self.scale
+        return Inverse(self.M._map(fn), scale=scale)
 
     def conj(self) -> Inverse:
-        return Inverse(self.M.conj()) if self.dtype.is_complex else self
+        if not self.dtype.is_complex:
+            return self
+        scale = self.scale.conjugate() if isinstance(self.scale, complex) else self.scale
+        return Inverse(self.M.conj(), scale=scale.conj() if isinstance(scale, torch.Tensor) else scale)
 
     @property
     def T(self) -> Inverse:
-        return Inverse(self.M.T)
+        return Inverse(self.M.T, scale=self.scale)
 
     def _scale(self, s) -> StructuredMatrix:
-        return Inverse(self.M * reciprocal(s, self.dtype))
+        if self.scale is None and bool(s != 0):  # (a nonzero scale goes into M: its inverse keeps one form)
+            return Inverse(self.M * reciprocal(s, self.dtype))
+        return Inverse(self.M, scale=s if self.scale is None else self.scale * s)
 
     def inv(self) -> StructuredMatrix:
-        return self.M
+        if self.scale is None:
+            return self.M
+        if not bool(self.scale != 0):
+            raise SingularMatrixError("the zero matrix (an inverse scaled by 0) has no inverse")
+        return self.M * reciprocal(self.scale, self.dtype)
 
 
 class Transpose(StructuredMatrix):

@@ -24,6 +24,7 @@ import numpy as np
 import scipy.linalg.blas
 import torch
 
+from structmat.core.dtypes import compute_dtype
 from structmat.core.host import host
 from structmat.core.validation import SingularMatrixError, finite_checks_enabled
 
@@ -180,7 +181,11 @@ def dense_solve(M, Y: torch.Tensor, triangle: str | None, singular: str) -> torc
     """``M^{-1} Y`` for ``Y (*, T, K)`` (prepared as for a product) through the kept dense form: a triangular
     solve (``triangle`` ``"lower"`` or ``"upper"``) or an LU solve with kept factors (``triangle=None``).
     None where the dense form does not apply. Raises :class:`SingularMatrixError` with the message
-    ``singular`` for a zero pivot, and for a result that overflows from a finite ``Y``."""
+    ``singular`` for a zero pivot, and for a result that overflows from a finite ``Y``. Half precisions solve in
+    float32 (LAPACK has none), the solution rounded to ``Y``'s dtype."""
+    if (work := compute_dtype(Y.dtype)) != Y.dtype:
+        X = dense_solve(M, Y.to(work), triangle, singular)
+        return None if X is None else X.to(Y.dtype)
     A = dense_form(M, Y)
     if A is None:
         return None

@@ -23,7 +23,7 @@ import torch
 __all__ = ["SingularMatrixError", "as_tensor", "check_finite", "checked_once", "check_overflow", "overflow_checks_enabled",
            "skip_finite_checks",
            "finite_checks_enabled", "trusted_parameters", "trusted_call", "thread_flag", "broadcast_batch", "check_dtype", "check_device",
-           "check_same_device", "check_count", "check_positive_int", "check_scalar", "check_tolerance",
+           "check_same_device", "check_count", "check_positive_int", "check_flag", "check_scalar", "check_tolerance",
            "check_nonnegative", "broadcast_shapes", "check_matrix", "check_tensor", "to_target"]
 
 
@@ -205,6 +205,13 @@ def to_target(args: tuple, kwargs: dict) -> tuple[torch.dtype | None, torch.devi
         elif a is not None and not isinstance(a, bool):  # bools are non_blocking / copy
             raise TypeError(f"to() takes a dtype, a device or a tensor; got {a!r}")
     return check_dtype(dtype), check_device(device)
+
+
+def check_flag(flag: Any, name: str) -> bool:
+    """A Python or numpy bool (``lower="no"`` was taken as true)."""
+    if not isinstance(flag, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool; got {flag!r}")
+    return bool(flag)
 
 
 def check_count(n: Any, name: str) -> int:

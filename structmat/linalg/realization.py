@@ -44,6 +44,28 @@ def _reachability_sweep(A: torch.Tensor, B: torch.Tensor, C: torch.Tensor, tol: 
     return Vs.mH @ A @ V_prev, (Vs.mH @ B[..., None])[..., 0], (Vs.mT @ C[..., None])[..., 0]
 
 
+class _NotDifferentiable(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, value, *inputs):
+        return value.clone()
+
+    @staticmethod
+    def backward(ctx, *_):
+        raise RuntimeError("compress() is not differentiable: the states it keeps are chosen by ranks, which change "
+                           "under a perturbation of the parameters (its factorizations' derivatives are NaN there); "
+                           "differentiate the uncompressed matrix, or compress a detached copy")
+
+
+def _not_differentiable(R: Generators, G: Generators) -> Generators:
+    """``R`` (computed without a graph) whose strict part (or diagonal, at order 0) raises when a backward pass reaches
+    it from the parameters of ``G``: a silent NaN or zero gradient otherwise."""
+    inputs = [t for t in (G.A.values, G.A.decays, G.B, G.C) if t is not None and t.requires_grad]
+    if R.order > 0:
+        return Generators(R.A, _NotDifferentiable.apply(R.B, *inputs), R.C, R.D)
+    D = R.diagonal() if R.D is None else R.D
+    return Generators(R.A, R.B, R.C, _NotDifferentiable.apply(D, *inputs))
+
+
 def _largest_weights(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
     """The largest singular value of each step's reachability factor ``(*, T)``."""
     return torch.linalg.matrix_norm(reachability_factors(A, B[..., None]), ord=2)
@@ -68,8 +90,12 @@ def minimal_realization(G: Generators, tol: float | None = None) -> Generators:
     2
     """
     tol = check_tolerance(tol, below=1.0)
-    if G.length == 0 or G.order == 0:
+    if G.length == 0 or G.order == 0 or G.B.numel() == 0:
         return G
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (G.A.values, G.A.decays, G.B, G.C)):
+        with torch.no_grad():
+            R = minimal_realization(G, tol)
+        return _not_differentiable(R, G)
     dtype = G.B.dtype
     if tol is None:
         tol = 100 * max(G.order, 2) * torch.finfo(dtype).eps

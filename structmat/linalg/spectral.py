@@ -11,21 +11,10 @@ from __future__ import annotations
 
 import torch
 
+from structmat.core.dtypes import compute_dtype
 from structmat.core.validation import broadcast_shapes
 
-__all__ = ["fft_length", "compute_dtype", "circular_apply", "linear_convolution", "circulant_spectrum", "toeplitz_matmat"]
-
-_HALF = {torch.float16: torch.float32, torch.bfloat16: torch.float32, torch.complex32: torch.complex64}
-
-
-def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype FFTs run in for data of ``dtype``: float32 / complex64 for the half precisions, else ``dtype``.
-
-    >>> compute_dtype(torch.float16), compute_dtype(torch.complex32), compute_dtype(torch.float64)
-    (torch.float32, torch.complex64, torch.float64)
-    """
-    return _HALF.get(dtype, dtype)
-
+__all__ = ["fft_length", "circular_apply", "linear_convolution", "circulant_spectrum", "toeplitz_matmat"]
 
 def fft_length(n: int) -> int:
     """The FFT length used for a linear convolution of ``n`` terms: the next power of two."""
@@ -36,8 +25,9 @@ def circular_apply(Xt: torch.Tensor, spectrum: torch.Tensor, n: int, complex_: b
     """``ifft(spectrum * fft(Xt, n), n)`` along the last axis (real transforms unless ``complex_``).
 
     ``Xt (*, K, S)`` with ``S <= n`` (zero-padded to ``n``); ``spectrum (*, n)``, or ``(*, n // 2 + 1)``
-    for real transforms, broadcast over ``K``. Returns ``(*, K, n)`` in the :func:`compute_dtype`. The transform of ``Xt`` is
-    multiplied in place when the shapes allow (it has no other use), saving a pass and an allocation.
+    for real transforms, broadcast over ``K``. Returns ``(*, K, n)`` in the
+    :func:`~structmat.core.dtypes.compute_dtype`. The transform of ``Xt`` is multiplied in place when the shapes
+    allow (it has no other use), saving a pass and an allocation.
     """
     batch = broadcast_shapes(Xt.shape[:-2], spectrum.shape[:-1])
     Xt = Xt.to(compute_dtype(Xt.dtype))

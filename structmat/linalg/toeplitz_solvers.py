@@ -19,9 +19,10 @@ import numpy as np
 import scipy.linalg
 import torch
 
+from structmat.core.dtypes import compute_dtype
 from structmat.core.host import host
 from structmat.core.validation import SingularMatrixError, broadcast_shapes
-from structmat.linalg.spectral import compute_dtype, fft_length, toeplitz_matmat
+from structmat.linalg.spectral import fft_length, toeplitz_matmat
 
 __all__ = ["causal_inverse_series", "causal_solve_dense", "lower_toeplitz_dense", "InverseGenerators",
            "toeplitz_inverse_generators", "toeplitz_solve", "DIRECT_INVERSE_MAX", "DENSE_GENERATORS_MAX",

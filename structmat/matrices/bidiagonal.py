@@ -6,7 +6,7 @@ import torch
 
 from structmat.core import small
 from structmat.core.base import StructuredMatrix
-from structmat.core.validation import as_tensor, broadcast_batch, check_finite
+from structmat.core.validation import as_tensor, broadcast_batch, check_finite, check_flag
 from structmat.linalg import banded
 from structmat.matrices.sss import SSS
 
@@ -52,7 +52,7 @@ class Bidiagonal(StructuredMatrix):
         check_finite(diag, "diag")
         check_finite(sub, "sub")
         dtype = torch.promote_types(diag.dtype, sub.dtype)
-        self.diag, self.sub, self.lower = diag.to(dtype), sub.to(dtype), bool(lower)
+        self.diag, self.sub, self.lower = diag.to(dtype), sub.to(dtype), check_flag(lower, "lower")
         T = diag.shape[-1]
         super().__init__((*batch, T, T), dtype, diag.device)
 

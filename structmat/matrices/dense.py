@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from structmat.core.base import StructuredMatrix
+from structmat.core.dtypes import compute_dtype
 from structmat.core.validation import SingularMatrixError, as_tensor, check_finite
 
 __all__ = ["Dense"]
@@ -51,7 +52,9 @@ class Dense(StructuredMatrix):
         """Solve ``M X = Y`` by LU (``torch.linalg.solve``); ``Y`` of shape ``(*, T, K)`` or ``(T,)``."""
         self._check_square("solve()")
         M, Y, vector = self._operand(Y, "Y")
-        X, info = torch.linalg.solve_ex(M.M, Y)
+        work = compute_dtype(Y.dtype)  # half precisions solve in float32 (LAPACK has none)
+        X, info = torch.linalg.solve_ex(M.M.to(work), Y.to(work))
         if bool((info != 0).any()):
             raise SingularMatrixError("Dense matrix is singular")
+        X = X.to(Y.dtype)
         return X[..., 0] if vector else X

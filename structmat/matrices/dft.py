@@ -7,9 +7,10 @@ import math
 import torch
 
 from structmat.core.base import StructuredMatrix
-from structmat.core.dtypes import complex_dtype, real_dtype
-from structmat.core.validation import check_count, check_device, check_dtype, check_scalar
-from structmat.linalg.spectral import compute_dtype
+from structmat.core.dtypes import complex_dtype, compute_dtype, real_dtype
+from structmat.core.lazy import Product
+from structmat.core.validation import check_count, check_device, check_dtype, check_flag, check_scalar
+from structmat.matrices.diagonal import Diagonal
 
 __all__ = ["DFT"]
 
@@ -47,7 +48,7 @@ class DFT(StructuredMatrix):
         dtype = check_dtype(dtype) or torch.complex64
         scale = check_scalar(scale, "scale")  # the matrix keeps a Python number: its entries are computed on demand
         scale = scale.item() if isinstance(scale, torch.Tensor) else scale
-        self.n, self.inverse, self.scale, self.part = T, bool(inverse), scale, part
+        self.n, self.inverse, self.scale, self.part = T, check_flag(inverse, "inverse"), scale, part
         self._precision = real_dtype(dtype)  # float16 -> complex32, bfloat16 -> complex64
         self._complex = compute_dtype(complex_dtype(self._precision))  # what the FFTs run in
         real = part != "full" and not isinstance(scale, complex)
@@ -133,6 +134,8 @@ class DFT(StructuredMatrix):
             return self._with(inverse=not self.inverse, scale=scale)
         return self._with(scale=scale)
 
-    def _scale(self, s) -> DFT:
+    def _scale(self, s) -> StructuredMatrix:
+        if torch.is_tensor(s) and s.requires_grad and torch.is_grad_enabled():  # (the kept scale is a number)
+            return Product(self, Diagonal(s.expand(self.n)))  # the scale's gradient, through a diagonal factor
         s = s.item() if torch.is_tensor(s) else s
         return self._with(scale=self.scale * s)

@@ -7,9 +7,9 @@ import math
 import torch
 
 from structmat.core.base import StructuredMatrix
-from structmat.core.dtypes import complex_dtype, real_dtype
+from structmat.core.dtypes import complex_dtype, compute_dtype, real_dtype
 from structmat.core.validation import as_tensor, check_dtype, check_finite, finite_checks_enabled
-from structmat.linalg.spectral import circular_apply, compute_dtype
+from structmat.linalg.spectral import circular_apply
 from structmat.linalg.toeplitz_dense import circulant_dense
 from structmat.matrices.toeplitz import Toeplitz
 

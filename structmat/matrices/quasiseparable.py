@@ -11,6 +11,7 @@ import torch
 
 from structmat.core import small
 from structmat.core.base import StructuredMatrix
+from structmat.core.dtypes import compute_dtype
 from structmat.core.validation import as_tensor, broadcast_batch, check_finite, check_same_device
 from structmat.linalg import chunk_form, quasiseparable_banded
 from structmat.linalg.quasiseparable_lu import quasiseparable_lu
@@ -278,6 +279,8 @@ class Quasiseparable(StructuredMatrix):
         >>> torch.allclose(M @ M.solve(y), y)
         True
         """
+        if compute_dtype(self.dtype) != self.dtype:
+            return self._solve_in_float32(Y)
         self._check_square("solve()")
         X = self._small_solve(Y, None, "Quasiseparable matrix is singular: a zero pivot in its LU factorisation")
         if X is not None:

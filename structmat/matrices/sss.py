@@ -8,8 +8,17 @@ import torch
 
 from structmat.core import small
 from structmat.core.base import StructuredMatrix
+from structmat.core.dtypes import compute_dtype
 from structmat.core.transitions import Transitions
-from structmat.core.validation import as_tensor, broadcast_batch, check_dtype, check_finite, check_same_device, trusted_parameters
+from structmat.core.validation import (
+    as_tensor,
+    broadcast_batch,
+    check_dtype,
+    check_finite,
+    check_flag,
+    check_same_device,
+    trusted_parameters,
+)
 from structmat.linalg import banded, chunk_form
 from structmat.linalg.block_solve import WIDE_CHUNK, WIDE_COLUMNS, ChunkMaps, block_solve, chunk_maps
 from structmat.linalg.dense_form import sss_dense
@@ -90,7 +99,7 @@ class SSS(StructuredMatrix):
         self.transitions = A.cast(dtype)
         self.B, self.C = B.to(dtype), C.to(dtype)
         self.D = None if D is None else D.to(dtype)
-        self.lower = bool(lower)
+        self.lower = check_flag(lower, "lower")
         super().__init__((*batch, T, T), dtype, B.device)
 
     # --- parameters -------------------------------------------------------------------------------
@@ -229,6 +238,8 @@ class SSS(StructuredMatrix):
         substitution with kept chunk maps; else block forward substitution, ``O(T (L + N) K)`` for diagonal
         transitions (:mod:`structmat.linalg.block_solve`)."""
         self._check_square("solve()")
+        if compute_dtype(self.dtype) != self.dtype:
+            return self._solve_in_float32(Y)
         X = self._small_solve(Y, "lower" if self.lower else "upper", "SSS is singular: a diagonal entry is zero")
         if X is not None:
             return X

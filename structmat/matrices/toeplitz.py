@@ -15,17 +15,19 @@ import torch
 
 from structmat.core import small
 from structmat.core.base import StructuredMatrix, reciprocal
+from structmat.core.dtypes import compute_dtype
 from structmat.core.lazy import Inverse
 from structmat.core.validation import (
     SingularMatrixError,
     as_tensor,
     broadcast_batch,
     check_finite,
+    check_flag,
     check_overflow,
     finite_checks_enabled,
     trusted_parameters,
 )
-from structmat.linalg.spectral import circulant_spectrum, compute_dtype, fft_length, toeplitz_matmat
+from structmat.linalg.spectral import circulant_spectrum, fft_length, toeplitz_matmat
 from structmat.linalg.toeplitz_dense import toeplitz_dense
 from structmat.linalg.toeplitz_solvers import (
     DIRECT_INVERSE_MAX,
@@ -87,13 +89,13 @@ class Toeplitz(StructuredMatrix):
         if c.dim() < 1:
             raise ValueError(f"c must have shape (*, T); got {tuple(c.shape)}")
         _check_finite(c, "c")
-        self.is_causal = bool(causal)
+        self.is_causal = check_flag(causal, "causal")
         self.is_anticausal = False  # upper triangular: the transpose of a causal one (set by ``T``)
         self._lower: torch.Tensor | None = None  # dense L(c) of a short causal matrix, once solved with
         if self.is_causal:  # first row (c[0], 0, ..., 0): nothing to check or broadcast, built when asked for
             if r is not None:
                 raise ValueError("r must be None for a causal Toeplitz (its first row is (c[0], 0, ..., 0))")
-            self.c, self._r = c, None
+            self.c, self._row = c, None
             super().__init__(tuple(c.shape) + c.shape[-1:], c.dtype, c.device)
             return
         r = as_tensor(c.conj() if r is None else r, "r", dtype=dtype, device=device, like=("c", c))
@@ -103,8 +105,7 @@ class Toeplitz(StructuredMatrix):
         batch = broadcast_batch(("c", c.shape[:-1]), ("r", r.shape[:-1]))
         dtype = torch.promote_types(c.dtype, r.dtype)
         c, r = c.to(dtype).expand(*batch, c.shape[-1]), r.to(dtype).expand(*batch, r.shape[-1])
-        self.c = c
-        self._r = torch.cat([c[..., :1], r[..., 1:]], dim=-1) if c.shape[-1] and r.shape[-1] else r  # r[0] := c[0]
+        self.c, self._row = c, r  # (r[0] := c[0] at each use, :attr:`r`: a copy made here went stale under writes to c)
         super().__init__((*batch, c.shape[-1], r.shape[-1]), dtype, c.device)
 
     @classmethod
@@ -115,23 +116,28 @@ class Toeplitz(StructuredMatrix):
         M = object.__new__(Toeplitz)
         M.is_causal, M._lower, M.is_anticausal = r is None, None, False
         if r is None:
-            M.c, M._r = c, None
+            M.c, M._row = c, None
             StructuredMatrix.__init__(M, (*c.shape, c.shape[-1]), c.dtype, c.device)
             return M
         batch = c.shape[:-1]
         if batch != r.shape[:-1]:  # (an expand costs more than a small sum)
             batch = torch.broadcast_shapes(batch, r.shape[:-1])
             c, r = c.expand(*batch, c.shape[-1]), r.expand(*batch, r.shape[-1])
-        M.c, M._r = c, r
+        M.c, M._row = c, r
         StructuredMatrix.__init__(M, (*batch, c.shape[-1], r.shape[-1]), c.dtype, c.device)
         return M
 
     @property
     def r(self) -> torch.Tensor:
-        """First row, ``(*, S)`` (``r[..., 0] == c[..., 0]``)."""
-        if self._r is None:
-            self._r = torch.cat([self.c[..., :1], torch.zeros_like(self.c[..., 1:])], dim=-1)
-        return self._r
+        """First row, ``(*, S)`` (``r[..., 0] == c[..., 0]``), from ``c`` and the row given as they are now (kept while
+        neither changes in place)."""
+        return small.keep(self, "r", self._first_row)
+
+    def _first_row(self) -> torch.Tensor:
+        c, row = self.c, self._row
+        if row is None:  # causal: (c[0], 0, ..., 0)
+            return torch.cat([c[..., :1], torch.zeros_like(c[..., 1:])], dim=-1)
+        return torch.cat([c[..., :1], row[..., 1:]], dim=-1) if c.shape[-1] and row.shape[-1] else row
 
     @classmethod
     def causal(cls, c, *, dtype: torch.dtype | None = None, device=None) -> Toeplitz:
@@ -324,5 +330,7 @@ class ToeplitzInverse(Inverse):
 
     conj = StructuredMatrix.conj  # the parameters are entries: the generators conjugate with c and r
 
-    def _scale(self, s) -> ToeplitzInverse:
+    def _scale(self, s) -> StructuredMatrix:
+        if not bool(s != 0):  # the zero matrix: no Toeplitz matrix has this inverse (Inverse keeps the scale)
+            return Inverse._scale(self, s)
         return ToeplitzInverse(self.M * reciprocal(s, self.dtype), self.generators.scaled(s))
