@@ -79,9 +79,13 @@ def sss_inverse_vs_numpy(T: int = 4096, N: int = 16, K: int = 64) -> dict:
             assert np.allclose(dense @ X.numpy(), Yn, atol=1e-8)
         ours = median_ms(lambda: M.solve(Y), repeat=5)
         realization = median_ms(lambda: M.inv() @ Y, repeat=5)
+        A, B, C, D = M.transitions.values, M.B, M.C, M.D
+        fresh = median_ms(lambda: sm.SSS(A, B, C, D=D).solve(Y), repeat=5)  # (numpy starts from the array: no kept form)
     peer = median_ms(lambda: np.linalg.inv(dense) @ Yn, repeat=3, warmup=0)
-    return [{"case": f"SSS(N={N}, diag A) inverse on {K} columns (M.solve), T={T}", "peer": "numpy.linalg.inv",
-             "ours_ms": ours, "peer_ms": peer, "speedup": peer / ours, "target": ">= 100x"},
+    return [{"case": f"SSS(N={N}, diag A) inverse on {K} columns (M.solve, a fresh matrix), T={T}",
+             "peer": "numpy.linalg.inv", "ours_ms": fresh, "peer_ms": peer, "speedup": peer / fresh, "target": ">= 100x"},
+            {"case": f"same, the same matrix solved again (its chunked form kept), T={T}", "peer": "numpy.linalg.inv",
+             "ours_ms": ours, "peer_ms": peer, "speedup": peer / ours, "target": "(reference)"},
             {"case": f"same through the inverse realization (M.inv() @ Y), T={T}", "peer": "numpy.linalg.inv",
              "ours_ms": realization, "peer_ms": peer, "speedup": peer / realization, "target": "(reference)"}]
 

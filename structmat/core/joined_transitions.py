@@ -69,7 +69,8 @@ class BlockDiagonal(Transitions):
             rows.append(pad(block, (before, n - before - size)))
             before += size
         values = torch.cat(rows, -2)
-        self._kept = (values, tuple(in_place_stamp(b) for b in self.blocks))
+        if not torch.compiler.is_compiling():  # (nothing kept while tracing: the graph writes them each call)
+            self._kept = (values, tuple(in_place_stamp(b) for b in self.blocks))
         return values
 
     def _usable(self, values: torch.Tensor) -> bool:

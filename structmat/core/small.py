@@ -95,7 +95,10 @@ def unchanged(p: torch.Tensor, stamp: int | torch.Tensor) -> bool:
 
 def _record(M) -> _Kept | None:
     """The record of what ``M`` keeps (a fresh one where a parameter changed in place); None where a
-    gradient is wanted (a kept tensor carries no graph)."""
+    gradient is wanted (a kept tensor carries no graph), or while ``torch.compile`` traces (a kept value is Python
+    state the graph cannot guard; torch 2.11's dynamo breaks the graph on the walk over the parameters)."""
+    if torch.compiler.is_compiling():
+        return None
     kept = M.__dict__.get("_small")
     grad = torch.is_grad_enabled()
     if kept is not None:

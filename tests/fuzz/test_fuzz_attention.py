@@ -5,15 +5,14 @@ import math
 
 import numpy as np
 import torch
+from expression_builder import expressions, leaves
 from fuzz_helpers import (
     C128,
     F32,
     F64,
     LENGTHS,
     Unchanged,
-    expressions,
     fuzz,
-    leaves,
     maybe_inference,
     raises_clear,
     tensor,

@@ -8,7 +8,8 @@ table of ``test_fuzz_malformed.py``.
 
 import pytest
 import torch
-from fuzz_helpers import C128, F64, check_close, leaves
+from expression_builder import leaves
+from fuzz_helpers import C128, F64, check_close
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -5,6 +5,7 @@ scipy and rank views of the same matrices."""
 import numpy as np
 import scipy.sparse.linalg as sla
 import torch
+from expression_builder import Node, apply_binary, apply_unary, check_node, dft_inside, expressions, leaves
 from fuzz_helpers import (
     C128,
     DTYPES,
@@ -12,17 +13,10 @@ from fuzz_helpers import (
     F64,
     LENGTHS,
     WIDE,
-    Node,
     Unchanged,
-    apply_binary,
-    apply_unary,
     check_close,
-    check_node,
-    dft_inside,
-    expressions,
     fro,
     fuzz,
-    leaves,
     maybe_inference,
     raises_clear,
     tensor,

@@ -8,22 +8,8 @@ then checks every result (``to_dense``, ``@`` from both sides with broadcast bat
 """
 
 import pytest
-from fuzz_helpers import (
-    BINARY,
-    CLASSES,
-    DTYPES,
-    FULL_BATCHES,
-    LENGTHS,
-    UNARY,
-    apply_binary,
-    apply_unary,
-    check_node,
-    expressions,
-    fuzz,
-    leaves,
-    maybe_inference,
-    tolerate_known,
-)
+from expression_builder import BINARY, UNARY, apply_binary, apply_unary, check_node, expressions, leaves
+from fuzz_helpers import CLASSES, DTYPES, FULL_BATCHES, LENGTHS, fuzz, maybe_inference, tolerate_known
 from hypothesis import given
 from hypothesis import strategies as st
 
