@@ -141,7 +141,7 @@ def keep(M, key, build: Callable[[], object]) -> object:
     return kept.values[key]
 
 
-def keep_when_used(M, key, build: Callable[[], object], columns: int, after: int, replaces: tuple = ()) -> object | None:
+def keep_when_used(M, key, build: Callable[[], object], columns: float, after: int, replaces: tuple = ()) -> object | None:
     """:func:`keep` for a value that costs many calls to build: ``None`` (the caller takes its other path) until the
     earlier calls with ``M`` recorded under ``key`` have brought ``after`` columns (this call's ``columns`` are recorded
     for the next: a matrix used once never pays for the build); then ``build()``, kept in place of the values kept

@@ -35,6 +35,7 @@ from structmat.linalg.block_solve import chunk_maps
 from structmat.linalg.semiseparable import Generators
 
 __all__ = ["ChunkForm", "FORM_CHUNK", "MAX_ENTRIES", "FORM_AFTER_COLUMNS_PER_STEP", "REBUILT_MAPS_STEPS_PER_COLUMN",
+           "REBUILT_MAPS_COLUMNS",
            "after_columns", "applies",
            "entries",
            "chunk_length", "lower_form", "quasiseparable_form", "lower_inverse_form", "apply"]
@@ -63,6 +64,13 @@ FORM_AFTER_COLUMNS_PER_STEP = 2
 #: T = 4096, L = 128, 67 against 387 ms; SSS(32) at T = 1024, 19 against 227 ms), so the form is bought after
 #: ``L / 16`` such columns.
 REBUILT_MAPS_STEPS_PER_COLUMN = 16
+
+#: Columns of a solve outside the band that cost about as much as the chunk maps it rebuilds at every call: such a
+#: call counts ``1 + columns / REBUILT_MAPS_COLUMNS`` towards :func:`after_columns`, since its cost is mostly per
+#: call (measured, SSS(16) at T = 4096, two threads: the maps 38 ms of a 64-column solve's 50-55 ms, each column about
+#: 0.25 ms). Counted by columns, one 64-column solve bought the form (220 ms) at the next call: 55 + 220 + 4 ms for
+#: three solves where three without it cost 165.
+REBUILT_MAPS_COLUMNS = 128
 
 _DTYPES = (torch.float32, torch.float64, torch.complex64, torch.complex128)
 

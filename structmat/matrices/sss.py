@@ -210,8 +210,11 @@ class SSS(StructuredMatrix):
         rebuilt = inverse and not banded.applies(self.generators, X, solve=True, batch=self.batch_shape)
         after = chunk_form.after_columns(T, N, maps_rebuilt=rebuilt)
         replaces = (("band", True), "chunk maps") if inverse else (("band", False),)  # (what the form serves instead)
-        return small.keep_when_used(self, ("chunk form", inverse), lambda: self._built_form(inverse),
-                                    X.shape[:-2].numel() * X.shape[-1], after, replaces)
+        columns = X.shape[:-2].numel() * X.shape[-1]
+        if rebuilt:  # (its rent is mostly per call: the chunk maps)
+            columns = 1 + columns / chunk_form.REBUILT_MAPS_COLUMNS
+        return small.keep_when_used(self, ("chunk form", inverse), lambda: self._built_form(inverse), columns, after,
+                                    replaces)
 
     def _built_form(self, inverse: bool) -> chunk_form.ChunkForm | None:
         G = self.generators
