@@ -189,7 +189,8 @@ def decay_matmul(M1: Quasiseparable, M2: Quasiseparable, sides: Sides) -> Quasis
         z, v = _host_pair_states(logs.sum(1).reshape(2, R, T), (fb[0] * fb[1]).reshape(R, T), (sc[0] * sc[1]).reshape(R, T))
         z, v = z.reshape(shape[2:]), v.reshape(shape[2:])
         rows = (fb, fc, sb, sc, d, d[::-1], fc[::-1], sb[::-1])
-        A, B, C, diag = _product_generators(rows, np.exp(logs), z, v, lambda s: np.empty(s, m.dtype))
+        a = np.exp(logs.astype(np.float64, copy=False)).astype(logs.dtype, copy=False)  # (float32's exp: off by an ulp)
+        A, B, C, diag = _product_generators(rows, a, z, v, lambda s: np.empty(s, m.dtype))
         A, B, C = ((torch.from_numpy(x[0]), torch.from_numpy(x[1])) for x in (A, B, C))
         diag = torch.from_numpy(diag)
     else:

@@ -45,8 +45,10 @@ def _fits(arrays: tuple, lead: tuple, dtype: np.dtype, real: np.dtype) -> bool:
 
 
 def _factors(A: Transitions, values: np.ndarray) -> np.ndarray:
-    """The transitions as numpy factors: ``(*, T)`` for the scalar kinds, ``(*, T, N)`` diagonal, ``(*, T, N, N)``."""
-    return np.exp(values) if A.kind == "log" else values
+    """The transitions as numpy factors: ``(*, T)`` for the scalar kinds, ``(*, T, N)`` diagonal, ``(*, T, N, N)``.
+    Log decays are exponentiated in float64: numpy's float32 ``exp`` is off by an ulp near 1 (``exp(-1.19e-7)`` gives
+    ``1 - 6e-8``, half the decay's distance to 1), which a product compounds over ``T`` steps (D73)."""
+    return np.exp(values.astype(np.float64, copy=False)).astype(values.dtype, copy=False) if A.kind == "log" else values
 
 
 def host_matmul_lower(first: Parts, second: Parts) -> Parts | None:

@@ -177,3 +177,20 @@ def test_sides_at_a_smaller_batch_than_the_matrix():
             close(R @ x, want @ x)
             close(R.T.to_dense(), want.mT)
             close(R.inv().to_dense(), torch.linalg.inv(want), rtol=1e-10)
+
+
+def test_float32_products_at_weak_decays_keep_their_decays():
+    """numpy's float32 ``exp`` is off by an ulp near 1 (``a = 1 - 1.2e-7`` came back as ``1 - 6e-8``), and the host
+    products took their decays from it: over ``T = 1e4`` steps ``(L @ L) @ x`` was off by 4.7e-4 (6.3e-3 at 1e5) where
+    ``L @ (L @ x)`` is off by 1e-7. Both host products (``decay_matmul``, ``host_matmul_lower``) exponentiate in
+    float64 now (D73)."""
+    T = 10_000
+    a = torch.full((T,), 1 - 1e-7)
+    x = randn(T, seed=1).float()
+    L32, L64 = sm.Quasiseparable.lion(a), sm.Quasiseparable.lion(a.double())
+    S32 = sm.SSS(a[:, None].expand(T, 2), randn(T, 2, seed=2).float(), randn(T, 2, seed=3).float())
+    M32 = sm.OneSS.from_decays(a)
+    for product, reference in (((L32 @ L32), L64 @ (L64 @ x.double())),
+                               ((M32 @ S32), M32.double() @ (S32.double() @ x.double()))):
+        got = product @ x
+        assert ((got.double() - reference).abs().max() / reference.abs().max()).item() < 2e-6
