@@ -97,3 +97,34 @@ def test_dense_rank_at_the_data_precision():
     assert sm.semiseparable_rank(sm.Toeplitz.causal(0.9 ** torch.arange(16, dtype=torch.float32))) == 1
     dense = O.to_dense().numpy()
     assert max(np.linalg.matrix_rank(dense[k:, : k + 1]) for k in range(16)) == 1
+
+
+def _block_ranks(M: torch.Tensor, cut: float, strict: bool) -> int:
+    """The definition: an SVD of every block, ``O(T^4)`` (the sweep in ``_dense_rank`` replaced it)."""
+    T = M.shape[-1]
+    return max([0] + [int((torch.linalg.svdvals(M[..., k + strict :, : k + 1]) > cut).sum(-1).max())
+                      for k in range(T - strict)])
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_dense_rank_sweep_equals_the_svd_of_every_block(strict):
+    """The sweep over a square root of ``B_k B_k^H`` gives the ranks an SVD of every block gives: structured matrices
+    of a few states (real, complex, batched), random dense ones (ranks up to T / 2), sums that cancel, and a general
+    Toeplitz (the sweep takes 0.1 s at T = 512 where the blocks' SVDs took 2 s, 41 s at T = 1000)."""
+    from structmat.algebra.rank import _dense_rank
+
+    cases = [sm.SSS(rand(40, 3, seed=1), randn(40, 3, seed=2), randn(40, 3, seed=3)).to_dense(),
+             sm.Quasiseparable.lion(rand(2, 30, seed=4)).to_dense(),
+             (sm.SSS(rand(30, 2, seed=5), randn(30, 2, seed=6), randn(30, 2, seed=7)).to(torch.complex128)
+              * (1 + 1j)).to_dense(),
+             randn(25, 25, seed=8), randn(24, 24, seed=9) @ randn(24, 24, seed=10).tril(),
+             sm.Toeplitz(randn(33, seed=11), randn(33, seed=12)).to_dense()]
+    M = sm.OneSS.from_decays(rand(30, seed=13))
+    cases.append((M + M - 2 * M).to_dense())
+    for D in cases:
+        norm = torch.linalg.matrix_norm(D, ord=2).max()
+        for tol in (None, 1e-6):
+            cut = (D.shape[-1] * torch.finfo(D.dtype).eps if tol is None else tol) * norm
+            assert _dense_rank(D, tol, strict) == _block_ranks(D, cut, strict)
+    big = sm.SSS(rand(512, 2, seed=14), randn(512, 2, seed=15), randn(512, 2, seed=16)).to_dense()
+    assert _dense_rank(big, None, strict) == 2
