@@ -204,9 +204,8 @@ class Toeplitz(StructuredMatrix):
         """Solve ``M X = Y`` for ``Y`` of shape ``(*, T, K)`` or ``(T,)`` (batches broadcast).
 
         Causal: one dense triangular solve for ``T <= 64`` (``O(T^2 K)``), else the inverse power series
-        (Newton, ``O(T log T)``) and one FFT product per column. General: a small matrix (the kept dense forms' bound,
-        no gradient wanted) by the kept pivoted LU of its dense form, else :class:`ToeplitzInverse` (``O(T^2)`` setup,
-        ``O(T log T)`` per column). Differentiable in ``c``, ``r`` and ``Y``.
+        (Newton, ``O(T log T)``) and one FFT product per column. General: :class:`ToeplitzInverse`
+        (``O(T^2)`` setup, ``O(T log T)`` per column). Differentiable in ``c``, ``r`` and ``Y``.
 
         >>> import torch, structmat as sm
         >>> sm.Toeplitz(torch.tensor([0.0, 1.0]), torch.tensor([0.0, 2.0])).solve(torch.tensor([2.0, 3.0]))
@@ -225,10 +224,6 @@ class Toeplitz(StructuredMatrix):
             X = M._causal_inverse_product(Y)
             return X[..., 0] if vector else X
         if not self.is_causal:
-            # small ones by the kept dense form's pivoted LU (29 us where the Gohberg-Semencul product's FFTs took
-            # 185 us at T = 16, and more accurate than Levinson's recursion on indefinite matrices)
-            if (X := self._small_solve(Y, None, "Toeplitz matrix is singular")) is not None:
-                return X
             return self._inverse()._product(Y, "Y")
         M, Y, vector = self._solve_operand(Y)
         work = compute_dtype(M.dtype)
