@@ -18,7 +18,7 @@ __all__ = ["semiseparable_rank", "DENSE_RANK_MAX"]
 
 #: Classes with no semiseparable structure (Toeplitz, Fourier, lazy sums and products) get their rank from the
 #: dense form up to this length: ``T`` thin SVDs of ``T x (r + 1)`` for ranks ``r`` (:func:`_dense_rank`), ``O(T^2 r^2)``:
-#: 0.1-0.2 s at T = 1024 for ranks of a few, tens of seconds where the ranks reach ``T / 2`` (a general Toeplitz).
+#: about a second at T = 1000 for ranks of a few, 30 s where the ranks reach ``T / 2`` (a general Toeplitz).
 DENSE_RANK_MAX = 1024
 
 
