@@ -54,15 +54,24 @@ def _one_step(A, B_t: torch.Tensor) -> Transitions:
     return Transitions.from_shape(A.unsqueeze(A.dim() - 1 - extra if extra >= 0 else A.dim()), B_t[..., None, :])
 
 
-def _check_step(state, q_t, k_t, v_t, B_t, C_t, D_t, scale) -> float:
-    """The arguments of :func:`sma_step` against the sizes ``q_t``, ``v_t`` and ``B_t`` set (a state of another
-    order, batch or width was broadcast without a word); returns the checked ``scale``."""
-    for name, t, what in (("q_t", q_t, "(B, H|H_k, N)"), ("k_t", k_t, "(B, H_k, N)"), ("v_t", v_t, "(B, H, P)"),
-                          ("B_t", B_t, "(B|1, H|1, n)"), ("C_t", C_t, "(B|1, H|1, n)")):
+def _check_3d(**tensors: tuple) -> None:
+    for name, (t, what) in tensors.items():
         check_tensor(t, name, f"a 3-D tensor {what}")
         if t.dim() != 3:
             raise ValueError(f"{name} must be a 3-D tensor {what}; got shape {tuple(t.shape)}")
+
+
+def _check_token(q_t, k_t, v_t) -> None:
+    """One token's ``q_t (B, H|H_k, N)``, ``k_t (B, H_k, N)``, ``v_t (B, H, P)``."""
+    _check_3d(q_t=(q_t, "(B, H|H_k, N)"), k_t=(k_t, "(B, H_k, N)"), v_t=(v_t, "(B, H, P)"))
     check_qkv(q_t[:, None], k_t[:, None], v_t[:, None])
+
+
+def _check_step(state, q_t, k_t, v_t, B_t, C_t, D_t, scale) -> float:
+    """The arguments of :func:`sma_step` against the sizes ``q_t``, ``v_t`` and ``B_t`` set (a state of another
+    order, batch or width was broadcast without a word); returns the checked ``scale``."""
+    _check_token(q_t, k_t, v_t)
+    _check_3d(B_t=(B_t, "(B|1, H|1, n)"), C_t=(C_t, "(B|1, H|1, n)"))
     (Bsz, H, P), N, n = v_t.shape, q_t.shape[-1], B_t.shape[-1]
     for name, t in (("B_t", B_t), ("C_t", C_t)):
         if t.shape[0] not in (1, Bsz) or t.shape[1] not in (1, H) or t.shape[2] != n:
@@ -189,11 +198,7 @@ class SMADecoder:
         """One token: ``q_t (B, H|Hk, N)``, ``k_t (B, Hk, N)``, ``v_t (B, H, P)`` -> ``y_t (B, H, P)``."""
         if self.t >= self.mask.shape[-2]:
             raise IndexError(f"the mask has only T={self.mask.shape[-2]} positions")
-        for name, t, what in (("q_t", q_t, "(batch, heads, N)"), ("k_t", k_t, "(batch, k heads, N)"), ("v_t", v_t, "(batch, heads, P)")):
-            check_tensor(t, name, f"a 3-D tensor {what}")
-            if t.dim() != 3:
-                raise ValueError(f"{name} must be a 3-D tensor {what}; got shape {tuple(t.shape)}")
-        check_qkv(q_t[:, None], k_t[:, None], v_t[:, None])
+        _check_token(q_t, k_t, v_t)  # (before their sizes are read; sma_step checks the rest)
         M = mask_as_bh(self.mask, v_t.shape[0], v_t.shape[1])
         G = M.generators.expand(M.batch_shape).narrow(self.t, 1)
         y, self.state = sma_step(self.state, q_t, k_t, v_t, G.A, G.B[..., 0, :], G.C[..., 0, :], G.diagonal()[..., 0],

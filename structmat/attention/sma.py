@@ -27,6 +27,7 @@ class _EmptySum(torch.autograd.Function):
     def backward(ctx, _):
         return None, None, *(torch.zeros(s, dtype=d, device=dev) for s, d, dev in ctx.inputs)
 
+
 def sma(q, k, v, mask: StructuredMatrix, *, order: str = "auto", scale: float = 1.0, chunk: int | None = None,
         tuning: Tuning | None = None) -> torch.Tensor:
     """Structured masked attention ``Y = (L o (Q K^T)) V`` per batch and head.

@@ -56,10 +56,15 @@ class _NotDifferentiable(torch.autograd.Function):
                            "differentiate the uncompressed matrix, or compress a detached copy")
 
 
-def _not_differentiable(R: Generators, G: Generators) -> Generators:
+def _differentiated(G: Generators) -> list[torch.Tensor]:
+    """The parameters of ``G`` a backward pass would differentiate here and now."""
+    wanted = torch.is_grad_enabled()
+    return [t for t in (G.A.values, G.A.decays, G.B, G.C) if wanted and t is not None and t.requires_grad]
+
+
+def _not_differentiable(R: Generators, inputs: list[torch.Tensor]) -> Generators:
     """``R`` (computed without a graph) whose strict part (or diagonal, at order 0) raises when a backward pass reaches
-    it from the parameters of ``G``: a silent NaN or zero gradient otherwise."""
-    inputs = [t for t in (G.A.values, G.A.decays, G.B, G.C) if t is not None and t.requires_grad]
+    it from ``inputs``: a silent NaN or zero gradient otherwise."""
     if R.order > 0:
         return Generators(R.A, _NotDifferentiable.apply(R.B, *inputs), R.C, R.D)
     D = R.diagonal() if R.D is None else R.D
@@ -92,10 +97,10 @@ def minimal_realization(G: Generators, tol: float | None = None) -> Generators:
     tol = check_tolerance(tol, below=1.0)
     if G.length == 0 or G.order == 0 or G.B.numel() == 0:
         return G
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (G.A.values, G.A.decays, G.B, G.C)):
+    if inputs := _differentiated(G):
         with torch.no_grad():
             R = minimal_realization(G, tol)
-        return _not_differentiable(R, G)
+        return _not_differentiable(R, inputs)
     dtype = G.B.dtype
     if tol is None:
         tol = 100 * max(G.order, 2) * torch.finfo(dtype).eps

@@ -51,10 +51,10 @@ class Dense(StructuredMatrix):
     def solve(self, Y) -> torch.Tensor:
         """Solve ``M X = Y`` by LU (``torch.linalg.solve``); ``Y`` of shape ``(*, T, K)`` or ``(T,)``."""
         self._check_square("solve()")
+        if compute_dtype(self.dtype) != self.dtype:  # (LAPACK has no half precision)
+            return self._solve_in_float32(Y)
         M, Y, vector = self._operand(Y, "Y")
-        work = compute_dtype(Y.dtype)  # half precisions solve in float32 (LAPACK has none)
-        X, info = torch.linalg.solve_ex(M.M.to(work), Y.to(work))
+        X, info = torch.linalg.solve_ex(M.M, Y)
         if bool((info != 0).any()):
             raise SingularMatrixError("Dense matrix is singular")
-        X = X.to(Y.dtype)
         return X[..., 0] if vector else X
