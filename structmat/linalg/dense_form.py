@@ -2,19 +2,18 @@
 
 :meth:`Generators.dense <structmat.linalg.semiseparable.Generators.dense>` builds ``M[j, i] = sum_n C_j[n]
 P_n[j, i] B_i[n]`` from whole ``T x T`` segment products: several passes over ``T^2 N`` entries. For long
-sequences :func:`sss_dense` cuts time into chunks of ``L`` (:func:`~structmat.linalg.block_solve.chunk_maps`):
-the ``L x L`` diagonal blocks come from ``Generators.dense``, and the block ``(J, I)`` below them is
-``W_J Psi_JI R_I^T``, with ``Psi_JI`` the product of the chunk transitions strictly between ``I`` and ``J``
-(segment products of the ``T / L`` chunk transitions), all blocks in one contraction over the states.
+sequences :func:`sss_dense` cuts time into chunks of ``L`` (:func:`~structmat.linalg.block_solve.chunk_maps`,
+whose ``L x L`` diagonal blocks are assembled the same way from shorter pieces), and the block ``(J, I)`` below
+them is ``W_J Psi_JI R_I^T``, with ``Psi_JI`` the product of the chunk transitions strictly between ``I`` and ``J``
+(segment products of the ``T / L`` chunk transitions), all blocks in one contraction over the states
+(:func:`~structmat.linalg.block_solve.dense_from_maps`).
 """
 
 from __future__ import annotations
 
 import torch
 
-from structmat.core.transitions import carries_gradient
-from structmat.linalg.block_solve import chunk_maps
-from structmat.linalg.segsum import segment_products
+from structmat.linalg.block_solve import assembles, chunk_maps, dense_from_maps
 from structmat.linalg.semiseparable import Generators
 
 __all__ = ["sss_dense", "DENSE_CHUNKED_T", "DENSE_CHUNK"]
@@ -43,17 +42,6 @@ def sss_dense(G: Generators) -> torch.Tensor:
             [0.5000, 1.0000, 0.0000],
             [0.2500, 0.5000, 1.0000]])
     """
-    if G.length <= DENSE_CHUNKED_T or G.A.kind == "dense" or carries_gradient(G.A.decays):  # (exact decay gradients)
+    if G.length <= DENSE_CHUNKED_T or not assembles(G):
         return G.dense()
-    T = G.length
-    maps = chunk_maps(G.expand(G.batch_shape), DENSE_CHUNK)
-    n, L = maps.blocks.shape[-3], maps.L
-    S = segment_products(maps.P)  # S[a, b]: the chunks b+1 .. a
-    Psi = torch.cat([torch.zeros_like(S[..., :1, :]), S[..., :-1, :]], -2).to(maps.W.dtype)  # chunks I+1 .. J-1
-    if maps.P.kind == "diag":
-        M = torch.einsum("...jtn,...nji,...isn->...jtis", maps.W, Psi, maps.R)
-    else:  # one decay for every state
-        WR = (maps.W.flatten(-3, -2) @ maps.R.flatten(-3, -2).mT).unflatten(-1, (n, L)).unflatten(-3, (n, L))
-        M = Psi[..., :, None, :, None] * WR
-    M.diagonal(dim1=-4, dim2=-2).copy_(maps.blocks.movedim(-3, -1))
-    return M.flatten(-4, -3).flatten(-2, -1)[..., :T, :T]
+    return dense_from_maps(chunk_maps(G.expand(G.batch_shape), DENSE_CHUNK), G.length)
