@@ -11,6 +11,7 @@ computed when asked for, from the operands' dense forms.
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import torch
 
@@ -226,6 +227,12 @@ class Transpose(StructuredMatrix):
 
     def diagonal(self) -> torch.Tensor:
         return self.M.diagonal()
+
+    def _product(self, X: Any, name: str) -> torch.Tensor:
+        structured = self.M.T  # where M has a structured transpose, its product with every fast path (a small
+        if not isinstance(structured, Transpose):  # matrix's kept dense form: 4 us at T = 16 against 50)
+            return structured._product(X, name)
+        return super()._product(X, name)
 
     def _matmat(self, X):
         structured = self.M.T  # where M has a structured transpose, its matvec: the VJP route needs a twice-
