@@ -15,20 +15,22 @@ import os
 import torch
 import torch.nn.functional as F
 
-from structmat.core.validation import check_positive_int, checked_once, finite_checks_enabled
+from structmat.core.validation import check_flag, check_positive_int, checked_once, finite_checks_enabled
 from structmat.kernels.chunked_decay import chunked_decay, states_after, torch_chunk, triton_supports
 from structmat.ssd_arguments import BACKENDS, check_cu_seqlens, check_limit, check_shape, check_types, process_dt
 
 __all__ = ["ssd", "process_dt"]
 
 
-def _check(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, dt_limit, varlen=False):
-    if varlen and cu_seqlens is None:
-        raise ValueError("return_varlen_states needs cu_seqlens")
-    if not isinstance(x, torch.Tensor) or x.dim() != 4:
-        raise ValueError(f"x must have shape (batch, seqlen, nheads, headdim); got {tuple(getattr(x, 'shape', ()))}")
+def _check(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, dt_limit, flags: dict):
     check_types(dict(x=x, dt=dt, A=A, B=B, C=C), dict(D=D, z=z, dt_bias=dt_bias, initial_states=initial_states,
                                                       seq_idx=seq_idx, cu_seqlens=cu_seqlens))
+    for name, flag in flags.items():
+        check_flag(flag, name)
+    if flags["return_varlen_states"] and cu_seqlens is None:
+        raise ValueError("return_varlen_states needs cu_seqlens")
+    if x.dim() != 4:
+        raise ValueError(f"x must have shape (batch, seqlen, nheads, headdim); got {tuple(x.shape)}")
     check_limit(dt_limit)
     b, l, h, p = x.shape
     check_shape("dt", dt, (b, l, h))
@@ -50,8 +52,16 @@ def _check(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, c
     check_positive_int(chunk_size, "chunk_size")
     if finite_checks_enabled() and seq_idx is not None and l > 1 and not checked_once(seq_idx, "non-decreasing", _rising):
         raise ValueError("seq_idx must be non-decreasing along the sequence (packed sequences)")
-    if cu_seqlens is not None:
-        check_cu_seqlens(cu_seqlens, b, l, seq_idx)
+    if cu_seqlens is not None and (flags["return_varlen_states"] or _per_sequence(initial_states, cu_seqlens, b)):
+        check_cu_seqlens(cu_seqlens, b, l, seq_idx)  # (mamba_ssm reads it only for the varlen states)
+    if finite_checks_enabled():
+        for name, t in (("dt_bias", dt_bias), ("D", D)):
+            if t is not None and not checked_once(t, "finite", _finite):
+                raise ValueError(f"{name} must be finite; found NaN or inf")
+
+
+def _finite(t: torch.Tensor) -> bool:
+    return bool(torch.isfinite(t).all())
 
 
 def _per_sequence(initial_states, cu_seqlens, b: int) -> bool:
@@ -75,13 +85,24 @@ def _sequences(initial_states, cu_seqlens, seq_idx, x):
     return per_sequence, seq_idx
 
 
+def _owned_initial_states(initial_states, seq_idx):
+    """The initial state of each batch row where its first packed sequence has id 0, else zeros: as in mamba_ssm, the
+    initial state belongs to the sequence with id 0 (one that starts at another id starts from zero)."""
+    if initial_states is None or seq_idx is None or seq_idx.shape[1] == 0:
+        return initial_states
+    return torch.where((seq_idx[:, 0] == 0)[:, None, None, None], initial_states, 0)
+
+
 def _with_initial_states(out, final, C, log_a, initial_states, cu_seqlens, z, dtype):
     """``out`` and ``final`` plus the terms of per-sequence initial states, then the gate ``silu(z)``; also the
-    initial states carried to each sequence's end."""
+    initial states carried to each sequence's end. ``final`` is the state after the last step: that of the last
+    sequence that has steps (the last sequence's initial state where none has)."""
     extra, carried = _initial_state_terms(C, log_a, initial_states, cu_seqlens)
     out = out.to(extra.dtype) + extra
     out = (out * F.silu(z.to(out.dtype)) if z is not None else out).to(dtype)
-    return out, final + carried[-1].to(final.dtype), carried
+    lengths = cu_seqlens.diff().tolist()
+    last = max((i for i, n in enumerate(lengths) if n > 0), default=len(lengths) - 1)
+    return out, final + carried[last].to(final.dtype), carried
 
 
 def _initial_state_terms(C, log_a, init, cu_seqlens):
@@ -109,8 +130,8 @@ def _a_verdict(A: torch.Tensor) -> tuple[bool, bool]:
 
 
 def _dt_nonnegative(dt_softplus: bool, dt_limit) -> bool:
-    """``dt >= 0`` after processing, by construction: softplus, or a clamp whose lower limit is ``>= 0``."""
-    return dt_softplus or (tuple(dt_limit) != (0.0, math.inf) and dt_limit[0] >= 0)
+    """``dt >= 0`` after processing, by construction: softplus, or the clamp with a lower limit ``>= 0``."""
+    return dt_softplus or dt_limit[0] >= 0
 
 
 def _decays_at_most_one(A, dt, dt_bias, log_a, dt_nonneg: bool) -> bool:
@@ -162,7 +183,7 @@ def _triton_chunk(chunk_size: int) -> int:
 
 def ssd(x, dt, A, B, C, chunk_size: int = 256, D=None, z=None, dt_bias=None, initial_states=None, seq_idx=None,
         cu_seqlens=None, dt_softplus: bool = False, dt_limit=(0.0, math.inf), return_final_states: bool = False,
-        return_varlen_states: bool = False, *, backend: str = "auto"):
+        return_varlen_states: bool = False, state_dtype: torch.dtype | None = None, *, backend: str = "auto"):
     """Mamba-2's SSD layer (``mamba_chunk_scan_combined``): 1-SS structured masked attention.
 
     With ``dt`` processed (bias, softplus, limit), per head and batch (``sma(C, B, x * dt, OneSS(dt A))``
@@ -185,12 +206,15 @@ def ssd(x, dt, A, B, C, chunk_size: int = 256, D=None, z=None, dt_bias=None, ini
     z : like ``x``, optional gate ``silu(z)``
     dt_bias : ``(nheads,)``, optional, added to ``dt``
     dt_softplus : bool, ``dt = softplus(dt)`` (after the bias)
-    dt_limit : ``(min, max)``, ``dt`` clamped to it
-    initial_states : ``(batch, nheads, headdim, dstate)``, or with ``cu_seqlens`` one per packed sequence ``(num_seqs, ...)``
+    dt_limit : ``(min, max)``, ``dt`` clamped to it (always, as mamba_ssm: the default makes a negative ``dt`` 0)
+    initial_states : ``(batch, nheads, headdim, dstate)``, the state before the sequence with id 0 (with ``seq_idx``
+        starting at another id, before nothing), or with ``cu_seqlens`` one per packed sequence ``(num_seqs, ...)``
     seq_idx : ``(batch, seqlen)`` int, non-decreasing ids of packed sequences: the state restarts at 0 where the id changes
     cu_seqlens : ``(num_seqs + 1,)`` cumulative lengths (batch 1); as in mamba_ssm it does not reset the state
     return_final_states : the state after the last step, ``(batch, nheads, headdim, dstate)``.
     return_varlen_states : the state after each packed sequence, ``(num_seqs, nheads, headdim, dstate)``, not differentiated
+    state_dtype : the dtype of the returned states (None: float32, float64 for float64 inputs); the states are
+        computed in float32 (float64) whatever it is
     backend : {"auto", "torch", "triton"}, keyword only; ``auto``: Triton for CUDA tensors with ``dt A <= 0``, else torch
 
     Examples
@@ -203,13 +227,18 @@ def ssd(x, dt, A, B, C, chunk_size: int = 256, D=None, z=None, dt_bias=None, ini
     >>> out.shape, final.shape
     (torch.Size([1, 10, 2, 4]), torch.Size([1, 2, 4, 3]))
     """
-    _check(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, dt_limit, return_varlen_states)
+    _check(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, dt_limit,
+           dict(dt_softplus=dt_softplus, return_final_states=return_final_states,
+                return_varlen_states=return_varlen_states))
+    if state_dtype is not None and not isinstance(state_dtype, torch.dtype):
+        raise TypeError(f"state_dtype must be a torch.dtype or None; got {state_dtype!r}")
     # the output in x's dtype, as mamba_ssm's (wider real B, C widen the computation only; complex ones the output)
     x_dtype = x.dtype if not (B.is_complex() or C.is_complex()) else torch.promote_types(x.dtype, B.dtype)
     x, B, C, dtp, log_a = _promoted(x, B, C, process_dt(dt, dt_bias, dt_softplus, dt_limit), A)
     backend, checked = _backend(backend, x, A, dt, dt_bias, log_a, B, C, _dt_nonnegative(dt_softplus, dt_limit))
     chunk = _triton_chunk(chunk_size) if backend == "triton" else torch_chunk(chunk_size, x.device)
     per_sequence, seq_idx = _sequences(initial_states, cu_seqlens, seq_idx, x)
+    initial_states = initial_states if per_sequence else _owned_initial_states(initial_states, seq_idx)
     out, final, *states = chunked_decay(x, log_a, B, C, scale=dtp, D=D, z=None if per_sequence else z,
                                         initial_state=None if per_sequence else initial_states, seq_idx=seq_idx,
                                         chunk_size=chunk, backend=backend, return_chunk_states=return_varlen_states,
@@ -217,10 +246,11 @@ def ssd(x, dt, A, B, C, chunk_size: int = 256, D=None, z=None, dt_bias=None, ini
     carried = None
     if per_sequence:
         out, final, carried = _with_initial_states(out, final, C, log_a, initial_states, cu_seqlens, z, x.dtype)
-    result = [out.to(x_dtype)] + ([final] if return_final_states else [])
+    as_state = (lambda t: t) if state_dtype is None else (lambda t: t.to(state_dtype))  # noqa: E731
+    result = [out.to(x_dtype)] + ([as_state(final)] if return_final_states else [])
     if return_varlen_states:
         varlen = _varlen_states(x, log_a, B, states[0], cu_seqlens, dtp, seq_idx, chunk)
-        result.append(varlen if carried is None else varlen + carried.to(varlen.dtype))
+        result.append(as_state(varlen if carried is None else (varlen + carried.to(varlen.dtype)).detach()))
     return result[0] if len(result) == 1 else tuple(result)
 
 

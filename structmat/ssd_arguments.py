@@ -18,15 +18,16 @@ BACKENDS = ("auto", "torch", "triton")
 
 
 def process_dt(dt, dt_bias=None, dt_softplus=False, dt_limit=(0.0, math.inf)) -> torch.Tensor:
-    """``dt + dt_bias``, then ``softplus`` (identity above 20, as Mamba-2), then clamped to ``dt_limit``;
-    float32 (float64 stays float64)."""
+    """``dt + dt_bias``, then ``softplus`` (identity above 20, as Mamba-2), then clamped to ``dt_limit`` (always, as
+    mamba_ssm's ``_chunk_cumsum_fwd``: the default ``(0, inf)`` makes a negative ``dt`` 0; None: no clamp, as
+    ``selective_state_update``); float32 (float64 stays float64)."""
     work = torch.float64 if dt.dtype == torch.float64 else torch.float32
     dt = dt.to(work)
     if dt_bias is not None:
         dt = dt + dt_bias.to(work)
     if dt_softplus:
         dt = torch.where(dt <= 20.0, F.softplus(dt), dt)
-    if tuple(dt_limit) != (0.0, math.inf):
+    if dt_limit is not None:
         dt = dt.clamp(min=dt_limit[0], max=dt_limit[1])
     return dt
 

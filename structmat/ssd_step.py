@@ -10,6 +10,7 @@ import os
 import torch
 import torch.nn.functional as F
 
+from structmat.core.validation import check_flag, checked_once, finite_checks_enabled
 from structmat.kernels.availability import eager_triton
 from structmat.ssd_arguments import BACKENDS, check_limit, check_shape, check_types, process_dt
 
@@ -34,24 +35,42 @@ def step_backend(backend: str, state, x, B, *inputs) -> str:
     return backend
 
 
-def _check_step(state, x, dt, A, B, C, D, z, dt_bias, indices) -> None:
-    """Types, devices and the layout (with or without the heads axis) that ``state`` sets for the others."""
+def _check_step(state, x, dt, A, B, C, D, z, dt_bias, indices, dt_softplus) -> None:
+    """Types, devices and ranks (each argument with or without its heads axis, as ``selective_state_update`` lifts
+    them one by one)."""
     check_types(dict(state=state, x=x, dt=dt, A=A, B=B, C=C), dict(D=D, z=z, dt_bias=dt_bias, state_batch_indices=indices))
+    check_flag(dt_softplus, "dt_softplus")
     if not (state.is_floating_point() or state.is_complex()):  # the new state is written into it
         raise TypeError(f"state must be a floating tensor (updated in place); got {state.dtype}")
-    if state.dim() not in (3, 4) or x.dim() != state.dim() - 1:
+    if state.dim() not in (3, 4) or x.dim() not in (2, 3):
         raise ValueError(f"state must have shape (batch, nheads, headdim, dstate) with x (batch, nheads, headdim), or "
                          f"(batch, dim, dstate) with x (batch, dim); got state {tuple(state.shape)} and x {tuple(x.shape)}")
 
 
-def ssd_step(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus: bool = False, *,
-             dt_limit=(0.0, math.inf), state_batch_indices=None, backend: str = "auto"):
+def _check_parameters(A, D, dt_bias) -> None:
+    """The parameters finite (remembered per tensor version: a decoding loop passing the same ones reads them once;
+    a NaN would be written into the caller's state, and every later token would be NaN)."""
+    if not finite_checks_enabled():
+        return
+    for name, t in (("A", A), ("D", D), ("dt_bias", dt_bias)):
+        if t is not None and not checked_once(t, "finite", _finite):
+            raise ValueError(f"{name} must be finite; found NaN or inf")
+
+
+def _finite(t: torch.Tensor) -> bool:
+    return bool(torch.isfinite(t).all())
+
+
+def ssd_step(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus: bool = False, state_batch_indices=None,
+             *, dt_limit=(0.0, math.inf), backend: str = "auto"):
     """One decoding step with ``selective_state_update``'s arguments; ``state`` is updated in place.
 
     ``state (batch, nheads, headdim, dstate)``, ``x, dt, z (batch, nheads, headdim)``,
     ``A (nheads, headdim, dstate)``, ``B, C (batch, ngroups, dstate)``, ``D, dt_bias (nheads, headdim)``
     (Mamba-2 passes broadcast views of per-head values); the forms without the heads axis
-    (``state (batch, dim, dstate)``, ``x (batch, dim)``, ...) work too. Returns ``out`` like ``x``::
+    (``state (batch, dim, dstate)``, ``x (batch, dim)``, ...) work too, each argument lifted on its own as
+    ``selective_state_update`` does (``B (batch, dstate)`` beside a state with heads). Returns ``out`` like ``x``
+    (without the heads axis where ``state`` has none)::
 
         state <- exp(dt A) state + dt x B^T,    out = (state C + D x) * silu(z)
 
@@ -59,11 +78,13 @@ def ssd_step(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus: b
     ``(min, max)`` after the bias and softplus, so that decoding reproduces an :func:`ssd` run with the same limit.
     ``backend`` (keyword only): ``auto`` runs one Triton kernel for CUDA tensors (not float64 or complex, and no
     gradient wanted: :mod:`structmat.kernels.ssd_step_triton`) and the torch form below elsewhere; ``torch`` or ``triton``
-    force one. ``state_batch_indices (batch,)`` (keyword only, an integer tensor, as ``selective_state_update``'s):
+    force one. ``state_batch_indices (batch,)`` (an integer tensor, ``selective_state_update``'s eleventh argument):
     batch row ``i`` steps the state ``state[state_batch_indices[i]]`` (a cache of more sequences than the batch, as
-    in continuous batching; the others stay untouched); distinct, in ``[0, state.shape[0])``, checked on the CPU (on
-    CUDA a check would wait for the device at every token: there the torch form raises torch's device-side
-    assertion, the Triton step writes nothing and returns NaN for an index out of range).
+    in continuous batching; the others stay untouched); a negative index marks a padding row (its output 0, no state
+    touched); the others distinct and below ``state.shape[0]``, checked on the CPU (on CUDA a check would wait for
+    the device at every token: there the torch form raises torch's device-side assertion, the Triton step writes
+    nothing and returns NaN for an index past the state's rows). ``A``, ``D`` and ``dt_bias`` must be finite (read
+    once per tensor version).
     ``O(batch nheads headdim dstate)``.
 
     Examples
@@ -76,14 +97,15 @@ def ssd_step(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus: b
     >>> sm.ssd_step(state, x, dt, A, B, C)[0, 0]
     tensor([2., 2., 2.])
     """
-    _check_step(state, x, dt, A, B, C, D, z, dt_bias, state_batch_indices)
+    _check_step(state, x, dt, A, B, C, D, z, dt_bias, state_batch_indices, dt_softplus)
     heads = state.dim() == 4
-    lift = lambda t, dim: None if t is None else (t if heads else t.unsqueeze(dim))  # noqa: E731
-    st, x_, dt_, A_, B_, C_ = lift(state, 1), lift(x, 1), lift(dt, 1), lift(A, 0), lift(B, 1), lift(C, 1)
-    D_, z_, bias_ = lift(D, 0), lift(z, 1), lift(dt_bias, 0)
+    st, x_, dt_, z_ = (_lifted(t, 1, r) for t, r in ((state, 3), (x, 2), (dt, 2), (z, 2)))
+    A_, B_, C_, D_, bias_ = _lifted(A, 0, 2), _lifted(B, 1, 2), _lifted(C, 1, 2), _lifted(D, 0, 1), _lifted(dt_bias, 0, 1)
     _, h, p, n = st.shape
     b = st.shape[0] if state_batch_indices is None else _check_indices(state_batch_indices, st.shape[0])
-    check_shape("x", x_, (b, h, p))
+    if tuple(x_.shape) != (b, h, p):
+        raise ValueError(f"x must have shape {(b, h, p)} (batch, nheads, headdim), or without the heads axis, as state "
+                         f"{tuple(state.shape)} sets; got {tuple(x.shape)}")
     check_shape("dt", dt_, (b, h, p))
     check_shape("A", A_, (h, p, n))
     if B_.dim() != 3 or B_.shape[0] != b or B_.shape[2] != n or B_.shape[1] == 0 or h % B_.shape[1] or C_.shape != B_.shape:
@@ -93,6 +115,7 @@ def ssd_step(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus: b
     check_shape("z", z_, (b, h, p))
     check_shape("dt_bias", bias_, (h, p))
     check_limit(dt_limit)
+    _check_parameters(A, D, dt_bias)
     if tuple(dt_limit) != (0.0, math.inf):  # processed here: the step's kernel applies no limit
         dt_, bias_, dt_softplus = process_dt(dt_, bias_, dt_softplus, dt_limit), None, False
     run = step_backend(backend, st, x_, B_, dt_, A_, C_, D_, z_, bias_)
@@ -100,16 +123,22 @@ def ssd_step(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus: b
     return out if heads else out.squeeze(1)
 
 
+def _lifted(t, dim: int, rank: int):
+    """``t`` with the heads axis inserted at ``dim`` where it has ``rank`` dims (the layout without heads)."""
+    return t.unsqueeze(dim) if t is not None and t.dim() == rank else t
+
+
 def _check_indices(indices: torch.Tensor, rows: int) -> int:
-    """The batch that ``state_batch_indices`` sets: its length; the values checked where that needs no device wait."""
+    """The batch that ``state_batch_indices`` sets: its length; the values checked where that needs no device wait
+    (negative ones mark padding rows)."""
     if indices.dim() != 1:
         raise ValueError(f"state_batch_indices must have shape (batch,); got {tuple(indices.shape)}")
     if indices.device.type == "cpu" and indices.numel():
-        low, high = int(indices.min()), int(indices.max())
-        if low < 0 or high >= rows:
-            raise ValueError(f"state_batch_indices must lie in [0, {rows}) (the state's first axis); got values in "
-                             f"[{low}, {high}]")
-        if indices.unique().numel() != indices.numel():
+        if int(indices.max()) >= rows:
+            raise ValueError(f"state_batch_indices must lie below {rows} (the state's first axis; negative for a "
+                             f"padding row); got {int(indices.max())}")
+        used = indices[indices >= 0]
+        if used.unique().numel() != used.numel():
             raise ValueError("state_batch_indices must be distinct (two batch rows would write one state)")
     return indices.shape[0]
 
@@ -125,6 +154,12 @@ def step_unchecked(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus: bool, back
         return ssd_step_triton(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, indices)
     if indices is not None:  # the rows stepped, then written back
         indices = indices.long()  # (index_copy_ takes no int32)
+        if not bool((indices >= 0).all()):  # padding rows: output 0, no state touched
+            used = (indices >= 0).nonzero()[:, 0]
+            pick = lambda t: None if t is None else t.index_select(0, used)  # noqa: E731
+            part = step_unchecked(state, pick(x), pick(dt), A, pick(B), pick(C), D, pick(z), dt_bias, dt_softplus,
+                                  backend, indices.index_select(0, used))
+            return torch.zeros_like(x).index_copy(0, used, part)
         rows = state.index_select(0, indices)
         out = step_unchecked(rows, x, dt, A, B, C, D, z, dt_bias, dt_softplus, backend)
         state.index_copy_(0, indices, rows)

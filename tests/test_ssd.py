@@ -2,6 +2,7 @@
 sequential recurrence, forward and backward (``ssd_step``: ``test_ssd_step.py``)."""
 
 import importlib
+import math
 import sys
 import types
 from pathlib import Path
@@ -116,6 +117,8 @@ def test_same_positional_call_as_mamba_ssm_s_reference(D_dim):
     D = t["D"].double()[:, 0] if D_dim == 1 else t["D"].double()
     args = (t["x"], t["dt"].double() - 0.5, t["A"].double(), t["B"], t["C"], 8, D, t["z"], t["dt_bias"].double())
     assert rel(sm.ssd(*args, dt_softplus=True), mamba_ssm_reference(*args, dt_softplus=True)) < 1e-12
+    # (the reference applies no limit; mamba_ssm's kernel clamps dt to (0, inf): test_ssd_mamba_semantics)
+    args = (t["x"], t["dt"].double(), *args[2:])
     assert rel(sm.ssd(*args[:6]), mamba_ssm_reference(*args[:6])) < 1e-12
 
 
@@ -308,8 +311,9 @@ def test_decay_check_reads_A_once_per_version(monkeypatch):
     with pytest.raises(ValueError, match="A must be finite"):
         sm.ssd(x, dt, A, B, C, 4, dt_softplus=True)
     assert len(reads) == 2
-    with pytest.raises(ValueError, match="dt \\* A <= 0"):  # negative dt, negative A: decays above 1
-        sm.ssd(x.to(DEV), -dt.abs().to(DEV) - 0.1, -torch.ones(2, device=DEV), B.to(DEV), C.to(DEV), 16, backend="triton")
+    with pytest.raises(ValueError, match="dt \\* A <= 0"):  # negative dt (a limit that keeps it), negative A: decays
+        sm.ssd(x.to(DEV), -dt.abs().to(DEV) - 0.1, -torch.ones(2, device=DEV), B.to(DEV), C.to(DEV), 16,  # above 1
+               dt_limit=(-math.inf, math.inf), backend="triton")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU error")

@@ -57,7 +57,7 @@ def test_ssd_step_state_batch_indices_step_rows_of_a_larger_cache():
     ref2 = cache[idx.long(), 0].clone()
     assert rel(y2, sm.ssd_step(ref2, x2, args[1][:, 0], args[2][0], args[3][:, 0], args[4][:, 0])) < 1e-15
     assert rel(st2[idx.long()], ref2) < 1e-15
-    for bad, match in ((torch.tensor([5, 0, 7]), r"lie in \[0, 7\)"), (torch.tensor([5, 0, -1]), r"lie in \[0, 7\)"),
+    for bad, match in ((torch.tensor([5, 0, 7]), "lie below 7"),
                        (torch.tensor([5, 0, 5]), "distinct"), (torch.tensor([[5, 0, 2]]), r"shape \(batch,\)"),
                        (torch.tensor([5, 0]), r"x must have shape \(2, 4, 3\)")):
         state = cache.clone()

@@ -7,8 +7,9 @@ Per batch ``b``, head ``h`` (group ``g = h // (H / G)``) and state row ``p``, wi
     out[b, h, p] = (<state[b, h, p, :], C[b, g, :]> + D[h, p] x[b, h, p]) silu(z[b, h, p])
 
 The state is updated in place in its own dtype; arithmetic in float32. With ``state_batch_indices`` the batch row
-``b`` steps ``state[state_batch_indices[b]]``; an index outside the state's rows writes nothing and gives NaN (the
-check would wait for the device at every token). Every per-head argument is read
+``b`` steps ``state[state_batch_indices[b]]``; a negative index marks a padding row (output 0, no state touched, as
+``selective_state_update``), an index past the state's rows writes nothing and gives NaN (the check would wait for the
+device at every token). Every per-head argument is read
 through its strides, so the broadcast views Mamba-2 passes (``dt[..., None].expand(...)``,
 ``A[:, None, None].expand(...)``) cost nothing. :func:`structmat.ssd_step` in torch is the reference.
 """
@@ -67,7 +68,7 @@ def ssd_step_kernel(state_ptr, x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr,
         z = tl.load(z_ptr + b * sz_b + h * sz_h + p * sz_p, mask=mp, other=0.0).to(tl.float32)
         out = out * z * tl.sigmoid(z)
     if HAS_IDX:
-        out = tl.where((row >= 0) & (row < ROWS), out, float("nan"))
+        out = tl.where(row < 0, 0.0, tl.where(row < ROWS, out, float("nan")))
     tl.store(out_ptr + b * so_b + h * so_h + p * so_p, out.to(out_ptr.dtype.element_ty), mask=mp)
 
 

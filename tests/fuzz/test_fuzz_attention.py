@@ -151,8 +151,7 @@ def ssd_reference(x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=Fals
         dt = dt + dt_bias.to(F64)
     if dt_softplus:
         dt = torch.where(dt <= 20.0, torch.log1p(torch.exp(dt)), dt)
-    if tuple(dt_limit) != (0.0, math.inf):  # as mamba_ssm: the default limit clamps nothing (dt + dt_bias may be < 0)
-        dt = dt.clamp(min=dt_limit[0], max=dt_limit[1])
+    dt = dt.clamp(min=dt_limit[0], max=dt_limit[1])  # always, as mamba_ssm's kernel (a negative dt becomes 0)
     Bh = B.repeat_interleave(h // g, dim=2)
     Ch = C.repeat_interleave(h // g, dim=2)
     state = torch.zeros(b, h, p, n, dtype=F64) if initial_states is None else initial_states.to(F64).clone()

@@ -117,7 +117,8 @@ def test_ssd_step_kernel_matches_the_torch_step(features):
 
 def test_ssd_step_kernel_with_state_batch_indices():
     """Rows of a larger cache, by ``state_batch_indices``: the rows named step as the torch form steps them, the
-    others are not written; an index out of range (unchecked on CUDA) writes nothing and gives NaN."""
+    others are not written; a negative index pads (output 0, nothing written), an index past the rows (unchecked on
+    CUDA) writes nothing and gives NaN."""
     gen = torch.Generator().manual_seed(5)
     b, h, p, g, n, rows = 3, 2, 20, 1, 24, 6
     r = lambda *s: torch.randn(*s, generator=gen, dtype=F64)  # noqa: E731
@@ -133,6 +134,12 @@ def test_ssd_step_kernel_with_state_batch_indices():
     assert rel(got, want) < 1e-5 and rel(st, ref) < 1e-6
     st = dev(cache)
     out = ssd_step_triton(st, dev(x), dev(dt), dev(A), dev(B), dev(C), state_batch_indices=torch.tensor([4, 6, -1], device=DEV))
-    assert torch.isnan(out[1:]).all() and not torch.isnan(out[0]).any()
+    assert torch.isnan(out[1]).all() and bool((out[2] == 0).all()) and not torch.isnan(out[0]).any()
+    padded_state, padded_ref = dev(cache), cache.clone()
+    pad = torch.tensor([-1, 1, 0])
+    got = ssd_step(padded_state, dev(x), dev(dt), dev(A), dev(B), dev(C), None, None, None, True, pad.to(DEV),
+                   backend="triton")
+    want = ssd_step(padded_ref, x, dt, A, B, C, None, None, None, True, pad, backend="torch")
+    assert bool((got[0] == 0).all()) and rel(got, want) < 1e-5 and rel(padded_state, padded_ref) < 1e-6
     keep = [0, 1, 2, 3, 5]
     assert torch.equal(st[keep], dev(cache)[keep])
