@@ -17,7 +17,15 @@ import torch.nn.functional as F
 
 from structmat.core.validation import check_flag, check_positive_int, checked_once, finite_checks_enabled
 from structmat.kernels.chunked_decay import chunked_decay, states_after, torch_chunk, triton_supports
-from structmat.ssd_arguments import BACKENDS, check_cu_seqlens, check_limit, check_shape, check_types, process_dt
+from structmat.ssd_arguments import (
+    BACKENDS,
+    check_cu_seqlens,
+    check_limit,
+    check_seq_idx,
+    check_shape,
+    check_types,
+    process_dt,
+)
 
 __all__ = ["ssd", "process_dt"]
 
@@ -48,10 +56,8 @@ def _check(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, c
     elif tuple(initial_states.shape[1:]) != (h, p, B.shape[3]):
         raise ValueError(f"initial_states must have shape ({b}, {h}, {p}, {B.shape[3]}) or, one per packed sequence, "
                          f"({cu_seqlens.numel() - 1}, {h}, {p}, {B.shape[3]}); got {tuple(initial_states.shape)}")
-    check_shape("seq_idx", seq_idx, (b, l))
+    check_seq_idx(seq_idx, (b, l))
     check_positive_int(chunk_size, "chunk_size")
-    if finite_checks_enabled() and seq_idx is not None and l > 1 and not checked_once(seq_idx, "non-decreasing", _rising):
-        raise ValueError("seq_idx must be non-decreasing along the sequence (packed sequences)")
     if cu_seqlens is not None and (flags["return_varlen_states"] or _per_sequence(initial_states, cu_seqlens, b)):
         check_cu_seqlens(cu_seqlens, b, l, seq_idx)  # (mamba_ssm reads it only for the varlen states)
     if finite_checks_enabled():
@@ -118,10 +124,6 @@ def _initial_state_terms(C, log_a, init, cu_seqlens):
         y[0, s:e] = torch.einsum("th,thn,hpn->thp", w, Ch, init[i].to(work))
         carried.append((w[-1] if e > s else torch.ones(h, dtype=work, device=C.device))[:, None, None] * init[i].to(work))
     return y, torch.stack(carried)
-
-
-def _rising(seq_idx: torch.Tensor) -> bool:
-    return bool((seq_idx[:, 1:] >= seq_idx[:, :-1]).all())
 
 
 def _a_verdict(A: torch.Tensor) -> tuple[bool, bool]:

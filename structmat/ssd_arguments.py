@@ -10,9 +10,9 @@ import numbers
 import torch
 import torch.nn.functional as F
 
-from structmat.core.validation import check_same_device, check_tensor
+from structmat.core.validation import check_same_device, check_tensor, checked_once, finite_checks_enabled
 
-__all__ = ["BACKENDS", "process_dt", "check_shape", "check_types", "check_limit", "check_cu_seqlens"]
+__all__ = ["BACKENDS", "process_dt", "check_shape", "check_types", "check_limit", "check_cu_seqlens", "check_seq_idx"]
 
 BACKENDS = ("auto", "torch", "triton")
 
@@ -82,3 +82,21 @@ def check_cu_seqlens(cu_seqlens, b: int, l: int, seq_idx=None) -> None:
         for s, e in zip(cu, cu[1:]):
             if e > s and (len(set(ids[s:e])) != 1 or (s > 0 and ids[s - 1] == ids[s])):
                 raise ValueError("cu_seqlens and seq_idx disagree: seq_idx must change exactly at the cu_seqlens boundaries")
+
+
+def check_seq_idx(seq_idx, shape) -> None:
+    """``seq_idx`` (or None): an integer tensor of ``shape`` ``(batch, seqlen)``, non-decreasing along the sequence
+    (a host read, once per tensor version, where finiteness checks are on: the layers check it before they run
+    :func:`~structmat.ssd` without host syncs)."""
+    check_tensor(seq_idx, "seq_idx", "an integer tensor (batch, seqlen)", optional=True)
+    if seq_idx is None:
+        return
+    if seq_idx.is_floating_point() or seq_idx.is_complex() or seq_idx.dtype == torch.bool:
+        raise TypeError(f"seq_idx must be an integer tensor; got {seq_idx.dtype}")
+    check_shape("seq_idx", seq_idx, shape)
+    if shape[1] > 1 and finite_checks_enabled() and not checked_once(seq_idx, "non-decreasing", _rising):
+        raise ValueError("seq_idx must be non-decreasing along the sequence (packed sequences)")
+
+
+def _rising(seq_idx: torch.Tensor) -> bool:
+    return bool((seq_idx[:, 1:] >= seq_idx[:, :-1]).all())

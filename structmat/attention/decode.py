@@ -123,7 +123,7 @@ def sma_step(state, q_t, k_t, v_t, A, B_t, C_t, D_t=None, *, scale: float = 1.0)
     batch = v.shape[:2]
     D = (C_t * B_t).sum(-1) if D_t is None else torch.as_tensor(D_t)
     kv = k[..., :, None] * v[..., None, :]  # (B, H, N, P)
-    dtype = torch.promote_types(torch.promote_types(kv.dtype, B_t.dtype), q.dtype)
+    dtype = _state_dtype(torch.promote_types(torch.promote_types(kv.dtype, B_t.dtype), q.dtype), state)
     if state is None:
         past = torch.zeros(*batch, B_t.shape[-1], *kv.shape[-2:], dtype=dtype, device=v.device)
     else:
@@ -156,10 +156,23 @@ def sma_state(k, v, mask: StructuredMatrix) -> torch.Tensor:
     _, k, v = expand_heads(k, k, v)
     Bsz, T, H, N = k.shape
     G = M.generators.expand((Bsz, H))
+    dtype = _state_dtype(torch.promote_types(torch.promote_types(k.dtype, v.dtype), G.B.dtype))
+    if T == 0:  # no prompt: the zero state
+        return torch.zeros(Bsz, H, G.order, N, v.shape[-1], dtype=dtype, device=v.device)
     Z = (k[..., :, None] * v[..., None, :]).permute(0, 2, 1, 3, 4).reshape(Bsz, H, T, -1)  # (B, H, T, N P)
-    u = G.B[..., :, :, None] * Z[..., :, None, :].to(G.B.dtype)  # (B, H, T, n, N P)
-    h = linear_scan(G.A.with_identity_first(), u)
+    u = G.B[..., :, :, None].to(dtype) * Z[..., :, None, :].to(dtype)  # (B, H, T, n, N P)
+    h = linear_scan(G.A.with_identity_first().cast(dtype), u)
     return h[..., -1, :, :].reshape(Bsz, H, G.order, N, v.shape[-1])
+
+
+def _state_dtype(dtype: torch.dtype, state: torch.Tensor | None = None) -> torch.dtype:
+    """The dtype a decoding state accumulates in: ``dtype`` (that of the step's data), at least float32 (16-bit
+    activations accumulate in float32, DESIGN section 5) and at least the given ``state``'s."""
+    if dtype in (torch.float16, torch.bfloat16):
+        dtype = torch.float32
+    elif dtype == torch.complex32:
+        dtype = torch.complex64
+    return dtype if state is None else torch.promote_types(dtype, state.dtype)
 
 
 class SMADecoder:

@@ -23,7 +23,7 @@ import torch
 __all__ = ["SingularMatrixError", "as_tensor", "check_finite", "checked_once", "check_overflow", "overflow_checks_enabled",
            "skip_finite_checks",
            "finite_checks_enabled", "trusted_parameters", "trusted_call", "thread_flag", "broadcast_batch", "check_dtype", "check_device",
-           "check_same_device", "check_count", "check_positive_int", "check_flag", "check_scalar", "check_tolerance",
+           "check_same_device", "check_count", "check_positive_int", "check_sizes", "check_flag", "check_scalar", "check_tolerance",
            "check_nonnegative", "broadcast_shapes", "check_matrix", "check_tensor", "to_target"]
 
 
@@ -212,6 +212,12 @@ def check_flag(flag: Any, name: str) -> bool:
     if not isinstance(flag, (bool, np.bool_)):
         raise TypeError(f"{name} must be a bool; got {flag!r}")
     return bool(flag)
+
+
+def check_sizes(**sizes: Any) -> None:
+    """Every keyword a positive integer (a layer's sizes: ``headdim=0`` gave a ``ZeroDivisionError``)."""
+    for name, n in sizes.items():
+        check_positive_int(n, name)
 
 
 def check_count(n: Any, name: str) -> int:

@@ -17,9 +17,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from structmat.core.validation import skip_finite_checks
+from structmat.core.validation import check_sizes, skip_finite_checks
 from structmat.nn.norm import GatedRMSNorm
 from structmat.ssd import ssd
+from structmat.ssd_arguments import check_seq_idx
 
 __all__ = ["Hydra", "centered_conv1d"]
 
@@ -79,11 +80,15 @@ class Hydra(nn.Module):
         kw = {"device": device, "dtype": dtype}
         if activation not in ("silu", "swish"):
             raise ValueError(f"activation must be 'silu' or 'swish'; got {activation!r}")
+        check_sizes(d_model=d_model, d_state=d_state, d_conv=d_conv, expand=expand, headdim=headdim, ngroups=ngroups,
+                    chunk_size=chunk_size)
         self.d_model, self.d_state, self.d_conv, self.expand, self.headdim = d_model, d_state, d_conv, expand, headdim
         self.d_inner = expand * d_model
         if self.d_inner % headdim:
             raise ValueError(f"expand * d_model = {self.d_inner} must be a multiple of headdim={headdim}")
         self.nheads, self.ngroups, self.dt_limit, self.chunk_size = self.d_inner // headdim, ngroups, tuple(dt_limit), chunk_size
+        if self.nheads % ngroups:
+            raise ValueError(f"nheads={self.nheads} must be a multiple of ngroups={ngroups}")
         self.learnable_init_states, self.layer_idx, self.use_mem_eff_path = learnable_init_states, layer_idx, use_mem_eff_path
         gn = ngroups * d_state
         self.in_proj = nn.Linear(d_model, 2 * self.d_inner + 4 * gn + 2 * self.nheads, bias=bias, **kw)  # [z, xBC, dt]
@@ -116,6 +121,7 @@ class Hydra(nn.Module):
         """``u (B, L, d_model)``; ``seq_idx (B, L)`` keeps packed sequences apart (convolution and both passes)."""
         if u.dim() != 3 or u.shape[-1] != self.d_model:
             raise ValueError(f"u must have shape (batch, seqlen, {self.d_model}); got {tuple(u.shape)}")
+        check_seq_idx(seq_idx, u.shape[:2])  # (here: ssd runs without host syncs below)
         Bsz, _, _ = u.shape
         gn, H = self.ngroups * self.d_state, self.nheads
         z, xBC, dt = torch.split(self.in_proj(u), [self.d_inner, self.d_inner + 4 * gn, 2 * H], dim=-1)

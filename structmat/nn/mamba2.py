@@ -14,11 +14,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from structmat.core.validation import skip_finite_checks
+from structmat.core.validation import check_sizes, check_tensor, skip_finite_checks
 from structmat.nn.conv import causal_conv_silu, conv_step_silu, last_inputs
 from structmat.nn.norm import GatedRMSNorm
 from structmat.ssd import ssd
-from structmat.ssd_arguments import check_cu_seqlens, process_dt
+from structmat.ssd_arguments import check_cu_seqlens, check_seq_idx, process_dt
 from structmat.ssd_step import step_backend, step_unchecked
 
 __all__ = ["Mamba2", "InferenceParams"]
@@ -68,6 +68,8 @@ class Mamba2(nn.Module):
                  device=None, dtype=None):
         super().__init__()
         kw = {"device": device, "dtype": dtype}
+        check_sizes(d_model=d_model, d_state=d_state, d_conv=d_conv, expand=expand, headdim=headdim, ngroups=ngroups,
+                    chunk_size=chunk_size)
         self.d_model, self.d_state, self.d_conv, self.expand, self.headdim = d_model, d_state, d_conv, expand, headdim
         self.d_inner = expand * d_model
         self.d_ssm = self.d_inner if d_ssm is None else d_ssm
@@ -134,22 +136,21 @@ class Mamba2(nn.Module):
         is decoded through :meth:`step`."""
         if u.dim() != 3 or u.shape[-1] != self.d_model:
             raise ValueError(f"u must have shape (batch, seqlen, {self.d_model}); got {tuple(u.shape)}")
+        check_seq_idx(seq_idx, u.shape[:2])  # (here: ssd runs without host syncs below)
         if cu_seqlens is not None:
             check_cu_seqlens(cu_seqlens, u.shape[0], u.shape[1], seq_idx)
-        if seq_idx is not None and tuple(seq_idx.shape) != tuple(u.shape[:2]):
-            raise ValueError(f"seq_idx must have shape {tuple(u.shape[:2])} (batch, seqlen); got {tuple(seq_idx.shape)}")
         if cu_seqlens is not None and seq_idx is None:
             seq_idx = torch.repeat_interleave(torch.arange(cu_seqlens.numel() - 1, device=u.device), cu_seqlens.diff())[None]
         conv_state = ssm_state = None
         if inference_params is not None:
             batch = cu_seqlens.numel() - 1 if cu_seqlens is not None else u.shape[0]
             conv_state, ssm_state = self._cache(inference_params, batch)
+            self._check_cache(conv_state, ssm_state, batch)  # (a cache of another batch: a clear error)
             if inference_params.seqlen_offset > 0:
                 return self.step(u, conv_state, ssm_state)[0]
         z0, x0, z, xBC, dt = self._split(self.in_proj(u))
         if conv_state is not None:
-            ends = None if cu_seqlens is None else list(zip(cu_seqlens[:-1].tolist(), cu_seqlens[1:].tolist()))
-            conv_state.copy_(last_inputs(xBC, self.d_conv, ends))
+            conv_state.copy_(self._last_inputs(xBC, seq_idx, cu_seqlens))
         xBC = causal_conv_silu(xBC, self.conv1d.weight[:, 0], self.conv1d.bias, seq_idx)
         x, B, C = self._ssm_split(xBC)
         heads, groups = (self.nheads, self.headdim), (self.ngroups, self.d_state)
@@ -164,18 +165,25 @@ class Mamba2(nn.Module):
             ssm_state.copy_(state)
         return self._finish(y.flatten(-2), z, z0, x0)
 
+    def _last_inputs(self, xBC: torch.Tensor, seq_idx, cu_seqlens) -> torch.Tensor:
+        """The convolution cache after a prefill: the last ``d_conv`` inputs of each row's last sequence (of each
+        sequence with ``cu_seqlens``), zero before its start, as a prefill of that sequence alone leaves it."""
+        if cu_seqlens is not None:
+            return last_inputs(xBC, self.d_conv, list(zip(cu_seqlens[:-1].tolist(), cu_seqlens[1:].tolist())))
+        window = last_inputs(xBC, self.d_conv)
+        if seq_idx is None or xBC.shape[1] == 0:
+            return window
+        ids = last_inputs(seq_idx[..., None], self.d_conv)  # (B, 1, d_conv); its padding meets zero inputs
+        return window * (ids == seq_idx[:, -1, None, None])
+
     # --- decoding -----------------------------------------------------------------------------------
     def step(self, u: torch.Tensor, conv_state: torch.Tensor, ssm_state: torch.Tensor):
         """One token ``u (B, 1, d_model)``; the states are updated in place. Returns ``(out (B, 1, d_model),
         conv_state, ssm_state)``."""
         if u.dim() != 3 or u.shape[1] != 1 or u.shape[-1] != self.d_model:
             raise ValueError(f"step decodes one token: u must have shape (batch, 1, {self.d_model}); got {tuple(u.shape)}")
+        self._check_cache(conv_state, ssm_state, u.shape[0])
         h, p, n = self.nheads, self.headdim, self.d_state
-        if ssm_state.shape != (u.shape[0], h, p, n):
-            raise ValueError(f"ssm_state must have shape ({u.shape[0]}, {h}, {p}, {n}); got {tuple(ssm_state.shape)}")
-        conv = (u.shape[0], self.conv1d.weight.shape[0], self.d_conv)
-        if conv_state.shape != conv:
-            raise ValueError(f"conv_state must have shape {conv}; got {tuple(conv_state.shape)}")
         z0, x0, z, xBC, dt = self._split(self.in_proj(u[:, 0]))
         xBC = conv_step_silu(xBC, conv_state, self.conv1d.weight[:, 0], self.conv1d.bias).to(u.dtype)
         x, B, C = self._ssm_split(xBC)
@@ -189,6 +197,19 @@ class Mamba2(nn.Module):
         run = step_backend("auto", ssm_state, x, B, dt, A, C, D, gate, dt_bias)  # (any differentiated: torch)
         y = step_unchecked(ssm_state, x, dt, A, B, C, D, gate, dt_bias, softplus, run)
         return self._finish(y.flatten(-2), z, z0, x0)[:, None], conv_state, ssm_state
+
+    def _check_cache(self, conv_state, ssm_state, batch: int) -> None:
+        """Floating tensors (the new states are written into them) of the block's shapes at ``batch``."""
+        for name, t in (("conv_state", conv_state), ("ssm_state", ssm_state)):
+            check_tensor(t, name, "a floating tensor (updated in place)")
+            if not (t.is_floating_point() or t.is_complex()):
+                raise TypeError(f"{name} must be a floating tensor (updated in place); got {t.dtype}")
+        h, p, n = self.nheads, self.headdim, self.d_state
+        if ssm_state.shape != (batch, h, p, n):
+            raise ValueError(f"ssm_state must have shape ({batch}, {h}, {p}, {n}); got {tuple(ssm_state.shape)}")
+        conv = (batch, self.conv1d.weight.shape[0], self.d_conv)
+        if conv_state.shape != conv:
+            raise ValueError(f"conv_state must have shape {conv}; got {tuple(conv_state.shape)}")
 
     def _step_parameters(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``A (h, p, n)``, ``D`` and ``dt_bias (h, p)`` as :func:`~structmat.ssd_step` takes them (broadcast views,

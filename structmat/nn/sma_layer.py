@@ -13,10 +13,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from structmat.attention import sma, sma_step
+from structmat.attention import sma, sma_state, sma_step
 from structmat.core.base import StructuredMatrix
 from structmat.core.transitions import Transitions
-from structmat.core.validation import check_positive_int, skip_finite_checks
+from structmat.core.validation import check_flag, check_positive_int, skip_finite_checks
 from structmat.matrices.fourier import Fourier
 from structmat.matrices.one_ss import OneSS
 from structmat.matrices.quasiseparable import Quasiseparable
@@ -58,8 +58,9 @@ class SMA(nn.Module):
 
     Notes
     -----
-    Shapes: ``forward(u (B, T, d_model)) -> (B, T, d_model)``; ``step(u_t (B, 1, d_model), state)
-    -> (y_t (B, 1, d_model), state)``. The contraction order is ``sma``'s planner's.
+    Shapes: ``forward(u (B, T, d_model)) -> (B, T, d_model)`` (``forward(u, return_state=True) -> (y, state)``: a
+    prefill); ``step(u_t (B, 1, d_model), state) -> (y_t (B, 1, d_model), state)``. The contraction order is
+    ``sma``'s planner's.
 
     Examples
     --------
@@ -78,14 +79,19 @@ class SMA(nn.Module):
                  device=None, dtype=None):
         super().__init__()
         kw = {"device": device, "dtype": dtype}
-        if isinstance(mask, str) and mask not in MASKS:
+        if (isinstance(mask, str) and mask not in MASKS) or not (isinstance(mask, str) or callable(mask)):
             raise ValueError(f"mask must be one of {MASKS} or a callable returning a StructuredMatrix; got {mask!r}")
-        for name, n in (("d_model", d_model), ("n_heads", n_heads), ("n_groups", n_groups)):
+        for name, n in (("d_model", d_model), ("n_heads", n_heads), ("n_groups", n_groups), ("d_state", d_state),
+                        ("max_seqlen", max_seqlen), *((("head_dim", head_dim),) if head_dim is not None else ()),
+                        *((("chunk_size", chunk_size),) if chunk_size is not None else ())):
             check_positive_int(n, name)
         if n_heads % n_groups:
             raise ValueError(f"n_heads={n_heads} must be a multiple of n_groups={n_groups}")
+        if head_dim is None and d_model < n_heads:
+            raise ValueError(f"head_dim defaults to d_model // n_heads, 0 for d_model={d_model} and n_heads={n_heads}; "
+                             "pass head_dim")
         self.d_model, self.n_heads, self.n_groups, self.d_state = d_model, n_heads, n_groups, d_state
-        self.head_dim = head_dim or d_model // n_heads
+        self.head_dim = head_dim if head_dim is not None else d_model // n_heads
         self.mask_kind = mask if isinstance(mask, str) else "custom"
         self.mask_fn = None if isinstance(mask, str) else mask
         self.chunk_size, self.max_seqlen = chunk_size, max_seqlen
@@ -125,7 +131,7 @@ class SMA(nn.Module):
         if kind == "selective":
             return OneSS((self._dt(dt) * self._A()).transpose(1, 2))
         if kind == "decay":
-            return OneSS.decay(torch.sigmoid(self.decay_logit), T)
+            return OneSS.decay(self._decays(), T)
         if kind == "causal":
             return OneSS.causal(T, dtype=u.dtype, device=u.device)
         if kind == "toeplitz":
@@ -138,6 +144,11 @@ class SMA(nn.Module):
 
     def _A(self) -> torch.Tensor:
         return -torch.exp(self.A_log.to(torch.promote_types(self.A_log.dtype, torch.float32)))
+
+    def _decays(self) -> torch.Tensor:
+        """The ``decay`` mask's per-head decays in float32 at least (in bfloat16 ``sigmoid`` rounds 0.998 to 1: a head
+        that never forgets)."""
+        return torch.sigmoid(self.decay_logit.to(torch.promote_types(self.decay_logit.dtype, torch.float32)))
 
     def _kernel(self, T: int) -> torch.Tensor:
         if T > self.max_seqlen:
@@ -174,16 +185,21 @@ class SMA(nn.Module):
         """Values with a column of ones: its output is the row sum of the masked scores."""
         return torch.cat([v, torch.ones_like(v[..., :1])], dim=-1)
 
-    def forward(self, u: torch.Tensor) -> torch.Tensor:
-        """``u (B, T, d_model) -> (B, T, d_model)``."""
+    def forward(self, u: torch.Tensor, return_state: bool = False):
+        """``u (B, T, d_model) -> (B, T, d_model)``; with ``return_state`` (a prefill) also the decoding state after
+        the last position, which :meth:`step` continues from (the masks that decode only)."""
         if u.dim() != 3 or u.shape[-1] != self.d_model:
             raise ValueError(f"u must have shape (batch, seqlen, {self.d_model}); got {tuple(u.shape)}")
+        if check_flag(return_state, "return_state") and self.mask_kind not in _DECODES:
+            raise TypeError(f"mask {self.mask_kind!r} has no bounded recurrent state; decode with masks {_DECODES}")
         q, k, v, z, dt = self._project(u)
         if self.mask_kind in _NORMALISED:
             v = self._with_ones(v)
         with skip_finite_checks():  # the named masks' decays are <= 1 by construction: no host sync
-            y = sma(q, k, v, self.mask(u, dt), chunk=self.chunk_size)
-        return self._output(y, z)
+            mask = self.mask(u, dt)
+            y = sma(q, k, v, mask, chunk=self.chunk_size)
+            out = self._output(y, z)
+            return (out, sma_state(k, v, mask)) if return_state else out
 
     # --- decoding -----------------------------------------------------------------------------------
     def step(self, u_t: torch.Tensor, state=None):
@@ -203,7 +219,7 @@ class SMA(nn.Module):
         if self.mask_kind == "selective":
             A = Transitions.from_log((self._dt(dt)[:, 0] * self._A())[..., None])
         elif self.mask_kind == "decay":
-            A = torch.sigmoid(self.decay_logit).expand(B, H)
+            A = self._decays().expand(B, H)
         else:
             A = one[..., 0].expand(B, H)
         y, state = sma_step(state, q[:, 0], k[:, 0], v[:, 0], A, one, one)
