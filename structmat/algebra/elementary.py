@@ -69,7 +69,7 @@ def dense_inverse(a: Dense) -> Dense:
     inverse, info = torch.linalg.inv_ex(a.M.to(compute_dtype(a.dtype)))  # (half precisions in float32)
     if bool((info != 0).any()):
         raise SingularMatrixError("Dense matrix is singular")
-    return Dense(inverse.to(a.dtype))
+    return Dense(check_overflow(inverse, "Dense.inv()").to(a.dtype))
 
 
 def dense_hadamard(a: Dense, m: StructuredMatrix) -> Dense:

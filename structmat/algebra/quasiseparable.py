@@ -37,6 +37,7 @@ from structmat.algebra.semiseparable import (
 from structmat.core.dtypes import compute_dtype
 from structmat.core.joined_transitions import block_diagonal, kron
 from structmat.core.transitions import Transitions
+from structmat.core.validation import broadcast_shapes
 from structmat.linalg.quasiseparable_inverse import quasiseparable_inverse
 from structmat.linalg.scan import linear_scan
 from structmat.linalg.segsum import segment_products
@@ -69,9 +70,13 @@ def _strict_sum(p1: SSS, p2: SSS, batch) -> SSS:
     the zeros (a part's zeros are reused where they have the batch)."""
     G1, G2 = p1.generators, p2.generators
     T = G1.B.shape[-2]
-    zeros = G1.D if G1.D.shape[:-1] == tuple(batch) else G1.D.expand(*batch, T)
     A = block_diagonal(G1.A, G2.A, G1.order, G2.order)
-    return SSS._assemble(Generators(A, join_states(G1.B, G2.B), join_states(G1.C, G2.C), zeros), p1.lower, batch)
+    B, C = join_states(G1.B, G2.B), join_states(G1.C, G2.C)
+    own = broadcast_shapes(A.batch_shape, B.shape[:-2], C.shape[:-2], G1.D.shape[:-1])
+    if not A.batch_shape == B.shape[:-2] == C.shape[:-2] == own:  # one batch for all (a part may be narrower than
+        A, B, C = A.expand(own), B.expand(*own, *B.shape[-2:]), C.expand(*own, *C.shape[-2:])  # its matrix)
+    zeros = G1.D if G1.D.shape[:-1] == own else G1.D.expand(*own, T)
+    return SSS._assemble(Generators(A, B, C, zeros), p1.lower, batch)
 
 
 def qs_add(a: Quasiseparable, b: Quasiseparable) -> Quasiseparable:

@@ -24,6 +24,7 @@ from structmat.core.validation import (
     as_tensor,
     broadcast_batch,
     check_scalar,
+    check_solution,
     finite_checks_enabled,
     to_target,
     trusted_parameters,
@@ -251,7 +252,8 @@ class StructuredMatrix(abc.ABC):
     def solve(self, Y: Any) -> torch.Tensor:
         """Solve ``M X = Y`` for ``Y`` of shape ``(*, T, K)`` or ``(T,)``, through :meth:`inv`."""
         self._check_square("solve()")
-        return self._inverse()._product(Y, "Y")
+        X = self._inverse()._product(Y, "Y")
+        return check_solution(X, Y if isinstance(Y, torch.Tensor) else torch.as_tensor(Y), f"{type(self).__name__}.solve")
 
     def _solve_in_float32(self, Y: Any) -> torch.Tensor:
         """``solve`` of a half-precision matrix (LAPACK and the triangular solves have none): in float32, the

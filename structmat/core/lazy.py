@@ -18,7 +18,13 @@ import torch
 from structmat.core.base import StructuredMatrix, reciprocal
 from structmat.core.dispatch import FALLBACK, register
 from structmat.core.dtypes import compute_dtype
-from structmat.core.validation import SingularMatrixError, broadcast_batch, broadcast_shapes, check_matrix
+from structmat.core.validation import (
+    SingularMatrixError,
+    broadcast_batch,
+    broadcast_shapes,
+    check_matrix,
+    check_overflow,
+)
 
 __all__ = ["Sum", "Product", "Inverse", "Transpose"]
 
@@ -165,7 +171,10 @@ class Inverse(StructuredMatrix):
 
     def to_dense(self) -> torch.Tensor:
         dense = self.M.to_dense()
-        D = torch.linalg.inv(dense.to(compute_dtype(dense.dtype))).to(dense.dtype)  # (half precisions in float32)
+        D, info = torch.linalg.inv_ex(dense.to(compute_dtype(dense.dtype)))  # (half precisions in float32)
+        if bool((info != 0).any()):
+            raise SingularMatrixError(f"{type(self.M).__name__} is singular: no dense inverse")
+        D = check_overflow(D, f"the inverse of {type(self.M).__name__}").to(dense.dtype)
         return D if self.scale is None else D * self.scale
 
     def _matmat(self, X):

@@ -10,6 +10,7 @@ shape and device checks always run.
 
 from __future__ import annotations
 
+import cmath
 import math
 import numbers
 import threading
@@ -20,7 +21,8 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["SingularMatrixError", "as_tensor", "check_finite", "checked_once", "check_overflow", "overflow_checks_enabled",
+__all__ = ["SingularMatrixError", "as_tensor", "check_finite", "checked_once", "check_overflow", "check_solution",
+           "overflow_checks_enabled",
            "skip_finite_checks",
            "finite_checks_enabled", "trusted_parameters", "trusted_call", "thread_flag", "broadcast_batch", "check_dtype", "check_device",
            "check_same_device", "check_count", "check_positive_int", "check_sizes", "check_flag", "check_scalar", "check_tolerance",
@@ -337,6 +339,17 @@ def check_overflow(x: torch.Tensor, what: str) -> torch.Tensor:
         raise SingularMatrixError(f"{what} overflows {str(x.dtype).replace('torch.', '')}: the matrix is singular or too "
                                   "close to singular in this dtype (try float64)")
     return x
+
+
+def check_solution(X: torch.Tensor, Y: torch.Tensor, what: str) -> torch.Tensor:
+    """``X``, a solution of ``M X = Y``, if finite or if ``Y`` is not (NaN in, NaN out, as ``torch.linalg.solve``);
+    else a ``SingularMatrixError``: the solution overflowed from a finite right-hand side (a subnormal pivot)."""
+    # one reduction sees any inf or NaN; a sum that merely overflows gets the exact check
+    if overflow_checks_enabled() and X.numel() and X.device.type != "meta" and not cmath.isfinite(X.sum().item()) \
+            and not bool(torch.isfinite(X).all()) and bool(torch.isfinite(Y).all()):
+        raise SingularMatrixError(f"{what}: the solution overflows {str(X.dtype).replace('torch.', '')} (the matrix is "
+                                  "singular or too close to singular in this dtype)")
+    return X
 
 
 def broadcast_shapes(*shapes) -> torch.Size:

@@ -6,7 +6,7 @@ import torch
 
 from structmat.core.base import StructuredMatrix
 from structmat.core.dtypes import compute_dtype
-from structmat.core.validation import SingularMatrixError, as_tensor, check_finite
+from structmat.core.validation import SingularMatrixError, as_tensor, check_finite, check_solution
 
 __all__ = ["Dense"]
 
@@ -57,4 +57,5 @@ class Dense(StructuredMatrix):
         X, info = torch.linalg.solve_ex(M.M, Y)
         if bool((info != 0).any()):
             raise SingularMatrixError("Dense matrix is singular")
+        X = check_solution(X, Y, "Dense.solve")
         return X[..., 0] if vector else X

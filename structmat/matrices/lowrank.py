@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from structmat.core.base import StructuredMatrix
-from structmat.core.validation import SingularMatrixError, as_tensor, broadcast_batch, check_finite
+from structmat.core.validation import SingularMatrixError, as_tensor, broadcast_batch, check_finite, check_solution
 from structmat.matrices.sss import SSS
 
 __all__ = ["LowRank"]
@@ -90,4 +90,5 @@ class LowRank(StructuredMatrix):
         X, info = torch.linalg.solve_ex(M.to_dense(), Y)
         if bool((info != 0).any()):
             raise SingularMatrixError("LowRank matrix is singular")
+        X = check_solution(X, Y, "LowRank.solve")
         return X[..., 0] if vector else X

@@ -12,7 +12,7 @@ import torch
 from structmat.core import small
 from structmat.core.base import StructuredMatrix
 from structmat.core.dtypes import compute_dtype
-from structmat.core.validation import as_tensor, broadcast_batch, check_finite, check_same_device
+from structmat.core.validation import as_tensor, broadcast_batch, check_finite, check_same_device, check_solution
 from structmat.linalg import chunk_form, quasiseparable_banded
 from structmat.linalg.quasiseparable_lu import quasiseparable_lu
 from structmat.linalg.quasiseparable_solve import quasiseparable_solve
@@ -244,8 +244,10 @@ class Quasiseparable(StructuredMatrix):
         return Quasiseparable(lower * s, upper * s, self.diag * s)
 
     def compress(self, tol: float | None = None) -> Quasiseparable:
-        """Minimal orders for both triangular parts (see :meth:`SSS.compress`)."""
-        return Quasiseparable(self.lower_part.compress(tol), self.upper_part.compress(tol), self.diag)
+        """Minimal orders for both strictly triangular parts (see :meth:`SSS.compress`): the ranks of their blocks
+        below (above) the diagonal, whatever the parts' own diagonals (which the matrix does not use)."""
+        return Quasiseparable(strict_part(self.lower_part).compress(tol), strict_part(self.upper_part).compress(tol),
+                              self.diag)
 
     def tril(self) -> SSS:
         """Lower triangle with the diagonal, as an SSS of order ``n_l``."""
@@ -290,7 +292,7 @@ class Quasiseparable(StructuredMatrix):
         if quasiseparable_banded.applies(lower, upper, M.diag, Y):
             X = quasiseparable_banded.quasiseparable_banded_solve(lower, upper, M.diag, Y)
         else:
-            X = quasiseparable_solve(lower, upper, M.diag, Y)
+            X = check_solution(quasiseparable_solve(lower, upper, M.diag, Y), Y, "Quasiseparable.solve")
         return X[..., 0] if vector else X
 
     def lu(self) -> tuple[SSS, SSS]:

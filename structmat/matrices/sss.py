@@ -17,6 +17,7 @@ from structmat.core.validation import (
     check_finite,
     check_flag,
     check_same_device,
+    check_solution,
     trusted_parameters,
 )
 from structmat.linalg import banded, chunk_form
@@ -247,21 +248,22 @@ class SSS(StructuredMatrix):
         if X is not None:
             return X
         M, Y, vector = self._operand(Y, "Y")
-        if (F := M._chunk_form(Y, inverse=True)) is not None:
-            X = chunk_form.apply(F, Y)
-            return X[..., 0] if vector else X
-        G, maps = M.generators, None
-        if banded.applies(G, Y, solve=True, batch=M.batch_shape):
-            maps = M._wide_maps(Y)
-            if maps is None:
-                X = banded.sss_solve(G, Y, not M.lower, M._band(True, G))
-                return X[..., 0] if vector else X
-        G, reversed_ = M.time_lower()
-        if reversed_:
-            X = torch.flip(block_solve(G, torch.flip(Y, (-2,)), maps=maps), (-2,))
-        else:
-            X = block_solve(G, Y, maps=maps)
+        X = check_solution(M._solve(Y), Y, "SSS.solve")
         return X[..., 0] if vector else X
+
+    def _solve(self, Y: torch.Tensor) -> torch.Tensor:
+        """:meth:`solve` for ``Y (*, T, K)`` in the matrix's dtype, past the small dense path."""
+        if (F := self._chunk_form(Y, inverse=True)) is not None:
+            return chunk_form.apply(F, Y)
+        G, maps = self.generators, None
+        if banded.applies(G, Y, solve=True, batch=self.batch_shape):
+            maps = self._wide_maps(Y)
+            if maps is None:
+                return banded.sss_solve(G, Y, not self.lower, self._band(True, G))
+        G, reversed_ = self.time_lower()
+        if reversed_:
+            return torch.flip(block_solve(G, torch.flip(Y, (-2,)), maps=maps), (-2,))
+        return block_solve(G, Y, maps=maps)
 
     def _wide_maps(self, Y: torch.Tensor) -> ChunkMaps | None:
         """The chunk maps of the time-lower generators, kept for solves of a plain ``Y (T, K)`` of at least

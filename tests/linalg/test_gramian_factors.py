@@ -79,8 +79,8 @@ def test_compress_is_exact_and_minimal_across_chunks(T, kind):
     dense = M.to_dense()
     assert type(R) is sm.SSS and M.order == 6
     close(R.to_dense(), dense, rtol=1e-10)
-    if T <= 100:  # the smallest state of any realization (at least one), the strict blocks' largest rank
-        assert R.order == max(_hankel_rank(dense.numpy(), strict=True), 1)
+    if T <= 100:  # the strict blocks' largest rank (0 at T = 1: the sum's explicit diagonal needs no state)
+        assert M.D is not None and R.order == _hankel_rank(dense.numpy(), strict=True)
     else:
         assert R.order == 4
 
