@@ -45,7 +45,9 @@ WIDE_CHUNK = 128
 #: maps) where the chunk is longer: the pieces' segment products take ``T P N`` entries instead of ``T L N``, and the
 #: blocks between pieces one product over the states. Measured (one thread, float64, diagonal transitions, T = 4096,
 #: a solve of 64 columns in chunks of 32): SSS(16) 28.9 ms from whole blocks, 11.6 / 11.7 / 15.3 ms from pieces of
-#: 4 / 8 / 16; SSS(64) 192 ms, 37.1 / 37.3 / 112 ms.
+#: 4 / 8 / 16; SSS(64) 192 ms, 37.1 / 37.3 / 112 ms. On the CPU only: on an H100 (float32, SSS(16), T = 4096) the
+#: pieces' extra launches cost more than the memory they save (a fresh 64-column solve 22-25 ms against 19-21, the
+#: dense form 2.8-4.4 against 2.1-2.2, the chunked SMA order 13.1-13.5 against 13.3-14.2).
 BLOCK_PIECE = 8
 
 
@@ -114,9 +116,9 @@ def dense_from_maps(maps: ChunkMaps, T: int) -> torch.Tensor:
 
 
 def _diagonal_blocks(G: Generators) -> torch.Tensor:
-    """The dense ``(*, L, L)`` form of the chunks' generators ``G`` (batch ``(*, n)``, length ``L``): assembled
-    from pieces of :data:`BLOCK_PIECE` where the chunks are longer and :func:`assembles` holds."""
-    if G.length <= BLOCK_PIECE or not assembles(G):
+    """The dense ``(*, L, L)`` form of the chunks' generators ``G`` (batch ``(*, n)``, length ``L``): on the CPU
+    assembled from pieces of :data:`BLOCK_PIECE` where the chunks are longer and :func:`assembles` holds."""
+    if G.length <= BLOCK_PIECE or G.B.device.type != "cpu" or not assembles(G):
         return G.dense()
     return dense_from_maps(chunk_maps(G, BLOCK_PIECE), G.length)
 
