@@ -17,7 +17,7 @@ from structmat.core.host import host
 from structmat.core.transitions import Transitions
 from structmat.core.validation import SingularMatrixError, check_overflow
 from structmat.linalg.quasiseparable_inverse_scalar import SCALAR_SCAN_MAX, scalar_backward_states, scalar_lu
-from structmat.linalg.quasiseparable_lu import DenseParts
+from structmat.linalg.quasiseparable_lu import DenseParts, check_growth
 from structmat.linalg.semiseparable import Generators
 
 __all__ = ["HOST_BLOCK", "host_inverse"]
@@ -239,6 +239,7 @@ def host_inverse(parts: DenseParts) -> tuple[Generators, Generators, torch.Tenso
         factors = scalar_lu(p) if scans else None
         scans = factors is not None
         s, g, delta = factors if scans else _lu(p, HOST_BLOCK)
+        check_growth(s, g, delta, p["B"], p["C"], p["Bu"], p["Cu"], p["d"])
         v = g / delta[..., None]
         Z = scalar_backward_states(p, s, v, delta) if scans else _backward_states(p, s, v, delta, HOST_BLOCK)
         lam = _checked(1 / delta + (v[..., None, :] @ Z @ s[..., :, None])[..., 0, 0], "Quasiseparable.inv() diagonal")

@@ -215,5 +215,5 @@ def test_quasiseparable_inverse_overflow_raises_in_both_paths(grad):
                      lower=False)
     diag = torch.tensor([1.0, 2e-39], dtype=f32).requires_grad_(grad)
     M = sm.Quasiseparable(lower, upper, diag)  # [[1, 1e-39], [1, 2e-39]]: the second pivot is 1e-39
-    with pytest.raises(sm.SingularMatrixError, match="overflows float32"):
+    with pytest.raises(sm.SingularMatrixError, match="minor 2 is nearly zero|overflows float32"):
         M.inv()

@@ -1,5 +1,6 @@
 """Solutions that overflow, sums of parts of other batch ranks, minimal compressions, lazy inverses of singular
-matrices (defects D96-D100, found by the session-21 audit of the closure algebra).
+matrices and nearly zero leading minors of the unpivoted quasiseparable LU (defects D96-D101, found by the session-21 audit of
+the closure algebra).
 
 References: dense float64 forms, the strict ranks of the dense matrices (``semiseparable_rank``)."""
 
@@ -98,3 +99,24 @@ def test_the_dense_form_of_a_lazy_inverse_of_a_singular_matrix_raises_singular_m
             M.to_dense()
         with pytest.raises(sm.SingularMatrixError):
             np.asarray(M)
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_quasiseparable_inverse_raises_on_a_nearly_zero_leading_minor(grad):
+    """D101: the unpivoted LU of ``inv()`` lost accuracy silently where a leading minor is nearly zero (not exactly):
+    ``d[0] = 1e-14`` on a matrix of condition 83 gave an inverse off by 5e-4. It raises where the factors' growth
+    passes ``eps^(-2/3)``; a smaller minor's inverse stays accurate, and ``solve`` (pivoted) is exact throughout."""
+    T = 6
+    lower = sm.OneSS.from_decays(torch.full((T,), 0.9, dtype=F64), b=2 * rand(T, seed=1) - 1, c=2 * rand(T, seed=2) - 1)
+    upper = sm.OneSS.from_decays(torch.full((T,), 0.9, dtype=F64), b=2 * rand(T, seed=3) - 1, c=2 * rand(T, seed=4) - 1)
+    for first, raises in ((1e-6, False), (1e-14, True), (1e-18, True)):
+        d = 2 + 2 * rand(T, seed=5) - 1
+        d[0] = first
+        M = sm.Quasiseparable(lower, upper.T, d.requires_grad_(grad))
+        want = torch.linalg.inv(M.to_dense().detach())
+        close(M.solve(torch.eye(T, dtype=F64)).detach(), want, rtol=1e-10, atol=1e-12)
+        if raises:
+            with pytest.raises(sm.SingularMatrixError, match="leading principal minor 1 is nearly zero"):
+                M.inv()
+        else:
+            close(M.inv().to_dense().detach(), want, rtol=1e-9, atol=1e-12)
