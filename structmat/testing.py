@@ -31,16 +31,15 @@ __all__ = [
 _EDGE_DECAYS = (0.0, 1.0, 1e-30, 1.0 - 1e-7)
 
 
+_TOLERANCES = {torch.float64: 1e-9, torch.complex128: 1e-9, torch.float32: 1e-4, torch.complex64: 1e-4,
+               torch.bfloat16: 3e-2, torch.float16: 5e-3}
+
+
 def tolerance(dtype: torch.dtype) -> float:
     """Documented relative tolerance of structured results against dense float64, per dtype."""
-    return {
-        torch.float64: 1e-9,
-        torch.complex128: 1e-9,
-        torch.float32: 1e-4,
-        torch.complex64: 1e-4,
-        torch.bfloat16: 3e-2,
-        torch.float16: 5e-3,
-    }[dtype]
+    if dtype not in _TOLERANCES:
+        raise ValueError(f"dtype must be one of {list(_TOLERANCES)}; got {dtype!r}")
+    return _TOLERANCES[dtype]
 
 
 @st.composite
@@ -69,7 +68,17 @@ _batches = st.sampled_from([(), (2,), (2, 1)])
 
 
 def _sizes(draw, T, batch, high):
-    return (draw(st.integers(1, high)) if T is None else T), (draw(_batches) if batch is None else batch)
+    _check_sizes(T, batch)
+    return (draw(st.integers(1, high)) if T is None else T), (draw(_batches) if batch is None else tuple(batch))
+
+
+def _check_sizes(T, batch) -> None:
+    """``T`` None or a non-negative int, ``batch`` None or a tuple of non-negative ints (named errors at the call)."""
+    if T is not None and (isinstance(T, bool) or not isinstance(T, int) or T < 0):
+        raise ValueError(f"T must be a non-negative int or None; got {T!r}")
+    if batch is not None and not (isinstance(batch, (tuple, list, torch.Size))
+                                  and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in batch)):
+        raise ValueError(f"batch must be a tuple of non-negative ints or None; got {batch!r}")
 
 
 def _oriented(draw, M):
@@ -85,6 +94,8 @@ def one_ss(draw, *, T=None, batch=None, dtype=torch.float64, scaled=None):
     if draw(st.booleans()) if scaled is None else scaled:
         b = draw(_tensor((*batch, T), dtype=dtype))
         c = draw(_tensor((*batch, T), dtype=dtype))
+    elif dtype.is_complex:  # (real decays alone would make a real matrix)
+        b = torch.ones((*batch, T), dtype=dtype)
     return _oriented(draw, OneSS.from_decays(a, b=b, c=c))
 
 
@@ -93,6 +104,8 @@ def sss(draw, *, T=None, N=None, batch=None, dtype=torch.float64, kind=None, exp
     """Random :class:`SSS` with scalar, diagonal or dense ``A``, optional ``D``, lower or upper."""
     T, batch = _sizes(draw, T, batch, 70)
     N = draw(st.integers(1, 4)) if N is None else N
+    if kind not in (None, "scalar", "diag", "dense"):
+        raise ValueError(f"kind must be 'scalar', 'diag', 'dense' or None; got {kind!r}")
     kind = draw(st.sampled_from(["scalar", "diag", "dense"])) if kind is None else kind
     shape = {"scalar": (*batch, T), "diag": (*batch, T, N), "dense": (*batch, T, N, N)}[kind]
     A = draw(_tensor(shape, dtype=dtype))
@@ -160,7 +173,9 @@ def fouriers(draw, *, T=None, batch=None, dtype=torch.float64):
 
 @st.composite
 def dfts(draw, *, T=None, batch=(), dtype=torch.complex128):
-    """A :class:`DFT` mask (forward or inverse, scaled); ``batch`` must be ``()``."""
+    """A :class:`DFT` mask (forward or inverse, scaled); ``batch`` must be ``()`` (a DFT has no batch)."""
+    if tuple(batch or ()) != ():
+        raise ValueError(f"a DFT has no batch: batch must be (); got {batch!r}")
     T, _ = _sizes(draw, T, (), 40)
     complex_dtype = dtype if dtype.is_complex else torch.promote_types(dtype, torch.complex64)
     return DFT(T, draw(st.booleans()), scale=draw(st.sampled_from([1.0, 0.5, 2.0])) / max(T, 1) ** 0.5,
@@ -185,17 +200,20 @@ _STRATEGIES = {
 
 
 def matrices_of(cls: type, *, T: int, batch=(), dtype=torch.float64) -> st.SearchStrategy:
-    """A strategy for matrices of ``cls`` (or of any built-in subclass of it, ``StructuredMatrix`` for all)."""
-    choices = [s for c, s in _STRATEGIES.items() if issubclass(c, cls)]
+    """A strategy for matrices of ``cls`` (or of any built-in subclass of it, ``StructuredMatrix`` for all; no DFT
+    where ``batch`` is set: a DFT has no batch)."""
+    if not isinstance(cls, type):
+        raise TypeError(f"cls must be a class (a StructuredMatrix subclass); got {cls!r}")
+    _check_sizes(T, batch)
+    choices = [s for c, s in _STRATEGIES.items() if issubclass(c, cls) and (c is not DFT or tuple(batch) == ())]
     if not choices:
-        raise TypeError(f"no strategy for {cls.__name__}")
-    kw = dict(T=T, batch=batch if cls is not DFT else (), dtype=dtype)
-    return st.one_of(*(s(**kw) for s in choices))
+        raise TypeError(f"no strategy for {cls.__name__}" + (f" with batch {tuple(batch)}" if cls is DFT else ""))
+    return st.one_of(*(s(T=T, batch=tuple(batch), dtype=dtype) for s in choices))
 
 
 def structured_matrices(*, T: int, batch=(), dtype=torch.float64) -> st.SearchStrategy:
     """Any built-in class at a fixed ``T`` (so results can be combined); no DFT when ``batch`` is set."""
-    classes = [c for c in _STRATEGIES if c is not DFT or batch == ()]
+    classes = [c for c in _STRATEGIES if c is not DFT or tuple(batch) == ()]
     return st.one_of(*(matrices_of(c, T=T, batch=batch, dtype=dtype) for c in classes))
 
 
@@ -203,23 +221,28 @@ def assert_matches_dense(M: StructuredMatrix, *, rtol: float | None = None, K: i
     """Check that ``M @ X`` (contiguous, and a time-last view as the SMA linear order passes), ``M @ x`` (1-D),
     ``M.T @ Y`` and ``M.T.to_dense()`` agree with ``M.to_dense()``.
 
-    Errors are relative to the norm of the dense result, with :func:`tolerance` by default.
+    The reference is the dense matrix of ``M``'s parameters in float64 (complex128); errors are relative to the
+    largest entry of the dense result, with :func:`tolerance` by default.
     """
-    dense = M.to_dense()
+    wide = torch.complex128 if M.dtype.is_complex else torch.float64
+    dense = M.to(wide).to_dense()  # the exact matrix of M's parameters (tolerance() is against float64)
     rtol = tolerance(M.dtype) if rtol is None else rtol
     g = torch.Generator().manual_seed(seed)
     X = torch.randn(*M.batch_shape, M.shape[-1], K, generator=g, dtype=torch.float64).to(M.dtype)
     Y = torch.randn(*M.batch_shape, M.shape[-2], K, generator=g, dtype=torch.float64).to(M.dtype)
-    first = (0,) * len(M.batch_shape)
+    Xw, Yw = X.to(wide), Y.to(wide)
     checks = {
-        "M @ X": (M @ X, dense @ X),
-        "M @ X (time-last view)": (M @ X.mT.contiguous().mT, dense @ X),
-        "M @ x (1-D)": ((M @ X[first][:, 0]).expand(*M.batch_shape, M.shape[-2])[first], dense[first] @ X[first][:, 0]),
-        "M.T @ Y": (M.T @ Y, dense.transpose(-1, -2) @ Y),
+        "M @ X": (M @ X, dense @ Xw),
+        "M @ X (time-last view)": (M @ X.mT.contiguous().mT, dense @ Xw),
+        "M.T @ Y": (M.T @ Y, dense.transpose(-1, -2) @ Yw),
         "M.T.to_dense()": (M.T.to_dense(), dense.transpose(-1, -2)),
     }
+    if K and M.batch_shape.numel():  # (a 1-D operand of the first batch entry, where there is one)
+        first = (0,) * len(M.batch_shape)
+        got = (M @ X[first][:, 0]).expand(*M.batch_shape, M.shape[-2])[first]
+        checks["M @ x (1-D)"] = (got, dense[first] @ Xw[first][:, 0])
     for name, (got, want) in checks.items():
-        err = (got - want).abs().max().item() if got.numel() else 0.0
+        err = (got.to(wide) - want).abs().max().item() if got.numel() else 0.0
         scale = max(want.abs().max().item() if want.numel() else 0.0, 1e-30)
         assert err <= rtol * scale + 1e-300, f"{type(M).__name__} {name}: max error {err:.3e} > {rtol:.1e} * {scale:.3e}"
         assert torch.isfinite(got).all(), f"{type(M).__name__} {name}: non-finite entries"

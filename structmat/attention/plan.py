@@ -72,6 +72,11 @@ def sma_plan(q, k, v, mask: StructuredMatrix, *, dtype: torch.dtype | None = Non
     'chunked'
     """
     _check(q, k, v, mask, chunk)
+    if tuning is not None and not isinstance(tuning, Tuning):
+        raise TypeError(f"tuning must be a Tuning (structmat.attention.tuning_for(device)) or None; got "
+                        f"{type(tuning).__name__}")
+    if dtype is not None and not (isinstance(dtype, torch.dtype) and (dtype.is_floating_point or dtype.is_complex)):
+        raise TypeError(f"dtype must be a floating or complex torch.dtype (that of the activations) or None; got {dtype!r}")
     if isinstance(v, torch.Tensor):
         dtype, device = dtype or v.dtype, device or v.device
     tuning = tuning or tuning_for(device or "cpu")

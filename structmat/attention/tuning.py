@@ -14,6 +14,8 @@ from pathlib import Path
 
 import torch
 
+from structmat.core.validation import check_flag, check_positive_int
+
 __all__ = ["Tuning", "tuning_for", "TUNING_FILE"]
 
 TUNING_FILE = Path(__file__).with_name("tuning.json")
@@ -63,6 +65,16 @@ class Tuning:
     chunk: int
     time_blocks: bool
     coefficients: dict = field(default_factory=dict)
+
+    def __post_init__(self):  # (a variant by dataclasses.replace is checked too: chunk=0 divided by zero in a run)
+        if not isinstance(self.device, str):
+            raise TypeError(f"device must be a str ('cpu', 'cuda'); got {self.device!r}")
+        for name in ("tile_elements", "linear_budget", "min_columns", "chunk"):
+            check_positive_int(getattr(self, name), name)
+        check_flag(self.time_blocks, "time_blocks")
+        if not isinstance(self.coefficients, dict):
+            raise TypeError(f"coefficients must be a dict order -> (ms per flop, ms per byte, ms per pass); got "
+                            f"{type(self.coefficients).__name__}")
 
     def estimate_ms(self, order: str, flops: float, bytes_: float, passes: float, path: str = "") -> float | None:
         """``flops * s_flop + bytes * s_byte + passes * ms_pass`` with the coefficients of ``"order/path"`` where the

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from structmat.core.validation import trusted_call
+from structmat.core.validation import check_flag, trusted_call
 
 __all__ = ["Rule", "register", "rules", "resolve", "apply", "OPERATIONS", "FALLBACK", "NoRuleError"]
 
@@ -138,6 +138,7 @@ def register(op: str, *classes: type, when: Callable[..., bool] | None = None, p
         raise TypeError(f"when must be a callable condition on the operands, or None; got {type(when).__name__}")
     if isinstance(precedence, bool) or not isinstance(precedence, numbers.Integral):
         raise TypeError(f"precedence must be an int; got {precedence!r}")
+    symmetric, trusted = check_flag(symmetric, "symmetric"), check_flag(trusted, "trusted")
     if symmetric and OPERATIONS[op] != 2:
         raise ValueError("symmetric applies to binary operations only")
 
@@ -168,7 +169,8 @@ def _check_op(op: Any) -> None:
 
 
 def rules(op: str | None = None) -> list[Rule]:
-    """The registered rules (of one operation, or all) in registration order.
+    """The registered rules: of one operation in registration order, or all of them grouped by operation
+    (``add``, ``matmul``, ``hadamard``, ``inv``, ``transpose``), each group in registration order.
 
     Examples
     --------

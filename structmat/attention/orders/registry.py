@@ -75,9 +75,15 @@ ORDERS: dict[str, Order] = {}
 
 
 def register_order(order: Order) -> Order:
-    """Add ``order`` to the registry (replacing one of the same name)."""
-    if not order.name:
-        raise ValueError("an order needs a name")
+    """Add ``order`` (an :class:`Order` instance) to the registry, replacing one of the same name.
+
+    Checked before anything is registered: an order class instead of an instance would break every later
+    ``order="auto"`` call."""
+    if not isinstance(order, Order):
+        hint = " (an Order class: register an instance, order())" if isinstance(order, type) else ""
+        raise TypeError(f"order must be an Order instance{hint}; got {order!r}")
+    if not isinstance(order.name, str) or not order.name or order.name == "auto":
+        raise ValueError(f"an order needs a name, a non-empty string other than 'auto'; got {order.name!r}")
     ORDERS[order.name] = order
     return order
 
