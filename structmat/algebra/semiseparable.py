@@ -8,6 +8,8 @@ when they are still 1-SS with log decays and no explicit diagonal, else :class:`
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from structmat.algebra.semiseparable_host import host_matmul_lower
@@ -202,8 +204,19 @@ def sss_inverse(M: SSS) -> SSS:
     CB = G.C * G.B
     delta = d - CB.sum(-1)
     if bool((delta.abs() > torch.finfo(M.dtype).eps ** 0.5 * (d.abs() + CB.abs().sum(-1))).all()):
-        return SSSInverse(M, lambda: _inverse_generators(G, d, delta), N)
-    return SSSInverse(M, lambda: _inverse_generators_augmented(G, d), N + 1)
+        return SSSInverse(M, _inverse_builder(M, augmented=False), N)
+    return SSSInverse(M, _inverse_builder(M, augmented=True), N + 1)
+
+
+def _inverse_builder(M: SSS, augmented: bool) -> Callable[[], Generators]:
+    """The builder of the inverse's generators from ``M``'s generators as they are when it runs (a builder over the
+    values read by ``inv()`` mixed them with later in-place changes, and kept their graph for one backward only)."""
+    def build() -> Generators:
+        G = generators_in(M, M.batch_shape)
+        d = G.diagonal()
+        return _inverse_generators_augmented(G, d) if augmented else _inverse_generators(G, d, d - (G.C * G.B).sum(-1))
+
+    return build
 
 
 def _transfer(G: Generators, d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -81,15 +81,22 @@ def _applies(M, X: torch.Tensor) -> bool:
     return M.device.type == "cpu" and not torch.compiler.is_compiling()
 
 
-def in_place_stamp(p: torch.Tensor) -> int | torch.Tensor:
-    """What tells a later use whether ``p`` was changed in place: its version counter, or, for an inference tensor
-    (which has none), a copy of its values (compared by :func:`unchanged`; a kept form built from an inference
-    tensor and reused after the tensor was changed gave the old products and solves)."""
-    return p.clone() if p.is_inference() else p._version
+def in_place_stamp(p: torch.Tensor) -> int | torch.Tensor | tuple[int, torch.Tensor]:
+    """What tells a later use whether ``p`` was changed in place: its version counter and, for a CPU tensor that wants
+    a gradient (what an optimizer updates), a copy of its values (compared by :func:`unchanged`): a fused optimizer's
+    step (``Adam(fused=True)``) and writes through ``.data`` move no version counter. An inference tensor has no
+    version: a copy of its values. Other tensors, and other devices (a comparison would wait for the device at every
+    use), the version alone: a write that bypasses it (through a numpy array sharing the memory, DLPack) is not seen
+    (documented)."""
+    if p.is_inference():
+        return p.clone()
+    return (p._version, p.detach().clone()) if p.requires_grad and p.device.type == "cpu" else p._version
 
 
-def unchanged(p: torch.Tensor, stamp: int | torch.Tensor) -> bool:
+def unchanged(p: torch.Tensor, stamp: int | torch.Tensor | tuple[int, torch.Tensor]) -> bool:
     """Whether ``p`` is as it was when :func:`in_place_stamp` gave ``stamp``."""
+    if isinstance(stamp, tuple):
+        return p._version == stamp[0] and torch.equal(p, stamp[1])
     return torch.equal(p, stamp) if isinstance(stamp, torch.Tensor) else p._version == stamp
 
 

@@ -347,12 +347,11 @@ class SSSInverse(SSS):
 
     @property
     def generators(self) -> Generators:
-        if self._generators is not None:
+        if self._build is None:  # (a copy or an unpickled inverse: built when it was copied)
             return self._generators
-        built = self._build()
-        if torch.is_grad_enabled():  # built under no_grad / inference_mode they have no graph: a later use would lose it
-            self._generators = built
-        return built
+        # kept with the matrix inverted, as its other kept forms: built again after an in-place change of its
+        # parameters, and at every use where they want a gradient (a kept graph could be walked back only once)
+        return small.keep(self.of, "inverse generators", self._build)
 
     transitions = property(lambda self: self.generators.A)
     B = property(lambda self: self.generators.B)

@@ -38,8 +38,8 @@ def _operands(data, rule):
     T = data.draw(st.integers(1, 10), label="T")
     batches = st.sampled_from([(), (2,), (2, 1)])
     for _ in range(DRAWS_PER_CONDITION):
-        ops = tuple(data.draw(smt.matrices_of(cls, T=T, batch=data.draw(batches)), label=cls.__name__)
-                    for cls in rule.classes)
+        ops = tuple(data.draw(smt.matrices_of(cls, T=T, batch=() if cls is sm.DFT else data.draw(batches)),
+                              label=cls.__name__) for cls in rule.classes)  # (a DFT has no batch)
         if rule.applies(ops):
             break
     dtype = F64
