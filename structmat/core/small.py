@@ -73,12 +73,14 @@ _DTYPES = (torch.float32, torch.float64, torch.complex64, torch.complex128)  # h
 
 
 def _applies(M, X: torch.Tensor) -> bool:
-    shape = M.shape
-    if not (type(M).small_dense and shape.numel() <= DENSE_MAX_ENTRIES and shape[-1] * shape[-2] * X.shape[-1] <= DENSE_MAX_WORK):
-        return False
-    if M.dtype not in _DTYPES or X.dtype not in _DTYPES:
-        return False
-    return M.device.type == "cpu" and not torch.compiler.is_compiling()
+    """Whether a product with ``X (*, S, K)`` takes ``M``'s dense form (not while ``torch.compile`` traces): what
+    depends on ``M`` alone is worked out once per matrix (a product at T = 256 costs 4 us, these checks 1)."""
+    columns = M.__dict__.get("_dense_columns")
+    if columns is None:
+        shape = M.shape
+        fits = type(M).small_dense and shape.numel() <= DENSE_MAX_ENTRIES and M.dtype in _DTYPES and M.device.type == "cpu"
+        columns = M._dense_columns = DENSE_MAX_WORK // max(shape[-1] * shape[-2], 1) if fits else -1
+    return X.shape[-1] <= columns and X.dtype in _DTYPES and not torch.compiler.is_compiling()
 
 
 def in_place_stamp(p: torch.Tensor) -> int | torch.Tensor | tuple[int, torch.Tensor]:
@@ -100,17 +102,17 @@ def unchanged(p: torch.Tensor, stamp: int | torch.Tensor | tuple[int, torch.Tens
     return torch.equal(p, stamp) if isinstance(stamp, torch.Tensor) else p._version == stamp
 
 
-def _record(M) -> _Kept | None:
+def _record(M, compiling: bool | None = None) -> _Kept | None:
     """The record of what ``M`` keeps (a fresh one where a parameter changed in place); None where a
     gradient is wanted (a kept tensor carries no graph), or while ``torch.compile`` traces (a kept value is Python
     state the graph cannot guard; torch 2.11's dynamo breaks the graph on the walk over the parameters)."""
-    if torch.compiler.is_compiling():
+    if compiling is None and torch.compiler.is_compiling() or compiling:
         return None
     kept = M.__dict__.get("_small")
     grad = torch.is_grad_enabled()
     if kept is not None:
         for p, stamp in kept.params:
-            if not unchanged(p, stamp):
+            if not (p._version == stamp if type(stamp) is int else unchanged(p, stamp)):  # (the common stamp inline)
                 kept = None
                 break
             if grad and p.requires_grad:
@@ -177,7 +179,7 @@ def _built(build: Callable[[], object]) -> object:
 
 def dense_form(M, X: torch.Tensor) -> torch.Tensor | None:
     """``M``'s kept dense form in ``X``'s dtype where a product with ``X (*, S, K)`` should use it, else None."""
-    if not _applies(M, X) or (kept := _record(M)) is None:
+    if not _applies(M, X) or (kept := _record(M, compiling=False)) is None:  # (_applies asked is_compiling)
         return None
     values = kept.values
     if ("dense", X.dtype) not in values:
