@@ -105,8 +105,9 @@ def unchanged(p: torch.Tensor, stamp: int | torch.Tensor | tuple[int, torch.Tens
 def _record(M, compiling: bool | None = None) -> _Kept | None:
     """The record of what ``M`` keeps (a fresh one where a parameter changed in place); None where a
     gradient is wanted (a kept tensor carries no graph), or while ``torch.compile`` traces (a kept value is Python
-    state the graph cannot guard; torch 2.11's dynamo breaks the graph on the walk over the parameters)."""
-    if compiling is None and torch.compiler.is_compiling() or compiling:
+    state the graph cannot guard; torch 2.11's dynamo breaks the graph on the walk over the parameters);
+    ``compiling``: whether it traces, where the caller asked already."""
+    if compiling or (compiling is None and torch.compiler.is_compiling()):
         return None
     kept = M.__dict__.get("_small")
     grad = torch.is_grad_enabled()
