@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 
 import torch
@@ -62,7 +61,7 @@ def _finite(t: torch.Tensor) -> bool:
 
 
 def ssd_step(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus: bool = False, state_batch_indices=None,
-             *, dt_limit=(0.0, math.inf), backend: str = "auto"):
+             *, dt_limit=None, backend: str = "auto"):
     """One decoding step with ``selective_state_update``'s arguments; ``state`` is updated in place.
 
     ``state (batch, nheads, headdim, dstate)``, ``x, dt, z (batch, nheads, headdim)``,
@@ -74,8 +73,10 @@ def ssd_step(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus: b
 
         state <- exp(dt A) state + dt x B^T,    out = (state C + D x) * silu(z)
 
-    ``dt_limit`` (keyword only, as :func:`ssd` takes it; ``selective_state_update`` has none): ``dt`` clamped to
-    ``(min, max)`` after the bias and softplus, so that decoding reproduces an :func:`ssd` run with the same limit.
+    ``dt_limit`` (keyword only; ``selective_state_update`` has none): None (the default) clamps nothing, as
+    ``selective_state_update``; a pair ``(min, max)`` clamps ``dt`` after the bias and softplus as :func:`ssd` does,
+    so that decoding reproduces an :func:`ssd` run with that limit (``ssd``'s default ``(0, inf)`` makes a negative
+    ``dt`` 0: pass it to decode such a run).
     ``backend`` (keyword only): ``auto`` runs one Triton kernel for CUDA tensors (not float64 or complex, and no
     gradient wanted: :mod:`structmat.kernels.ssd_step_triton`) and the torch form below elsewhere; ``torch`` or ``triton``
     force one. ``state_batch_indices (batch,)`` (an integer tensor, ``selective_state_update``'s eleventh argument):
@@ -114,9 +115,10 @@ def ssd_step(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus: b
     check_shape("D", D_, (h, p))
     check_shape("z", z_, (b, h, p))
     check_shape("dt_bias", bias_, (h, p))
-    check_limit(dt_limit)
+    if dt_limit is not None:
+        check_limit(dt_limit)
     _check_parameters(A, D, dt_bias)
-    if tuple(dt_limit) != (0.0, math.inf):  # processed here: the step's kernel applies no limit
+    if dt_limit is not None:  # processed here: the step's kernel applies no limit
         dt_, bias_, dt_softplus = process_dt(dt_, bias_, dt_softplus, dt_limit), None, False
     run = step_backend(backend, st, x_, B_, dt_, A_, C_, D_, z_, bias_)
     out = step_unchecked(st, x_, dt_, A_, B_, C_, D_, z_, bias_, dt_softplus, run, state_batch_indices)

@@ -34,6 +34,11 @@ def test_the_default_dt_limit_clamps_a_negative_dt():
         y = sm.ssd_step(state, x[:, t], dt[:, t, :, None].expand(1, 2, 3), A[:, None, None].expand(2, 3, 4), B[:, t],
                         C[:, t])
     assert rel(y, reference(x, dt, A, B, C, dt_limit=(-math.inf, math.inf))[0][:, -1]) < 1e-12
+    state = torch.zeros(1, 2, 3, 4, dtype=F64)  # with ssd's limit passed, decoding reproduces ssd
+    for t in range(x.shape[1]):
+        y = sm.ssd_step(state, x[:, t], dt[:, t, :, None].expand(1, 2, 3), A[:, None, None].expand(2, 3, 4), B[:, t],
+                        C[:, t], dt_limit=(0.0, math.inf))
+    assert rel(y, out[:, -1]) < 1e-12
 
 
 def test_the_final_state_with_an_empty_last_packed_sequence():

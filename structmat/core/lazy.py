@@ -179,7 +179,10 @@ class Inverse(StructuredMatrix):
 
     def _matmat(self, X):
         M = self.M
-        if type(M).solve is StructuredMatrix.solve and isinstance(M._inverse(), Inverse):  # (M.solve would be this)
+        # M without a solve of its own solves through its inverse: fine where that is a lazy inverse of a matrix with one
+        # (Transpose(LowRank): the inverse of the LowRank), a loop back here where it is not
+        no_solve = type(M).solve is StructuredMatrix.solve
+        if no_solve and isinstance(inv := M._inverse(), Inverse) and type(inv.M).solve is StructuredMatrix.solve:
             raise TypeError(f"{type(M).__name__} has no solve of its own and no structured inverse; solve "
                             "iteratively with scipy.sparse.linalg.gmres(structmat.aslinearoperator(M), y), or densely "
                             "with torch.linalg.solve(M.to_dense(), y)")

@@ -348,7 +348,7 @@ def check_solution(X: torch.Tensor, Y: torch.Tensor, what: str) -> torch.Tensor:
     if overflow_checks_enabled() and X.numel() and X.device.type != "meta" and not cmath.isfinite(X.sum().item()) \
             and not bool(torch.isfinite(X).all()) and bool(torch.isfinite(Y).all()):
         raise SingularMatrixError(f"{what}: the solution overflows {str(X.dtype).replace('torch.', '')} (the matrix is "
-                                  "singular or too close to singular in this dtype)")
+                                  "singular or too close to singular in this dtype, or Y too large for it)")
     return X
 
 

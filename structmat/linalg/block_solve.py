@@ -118,9 +118,16 @@ def dense_from_maps(maps: ChunkMaps, T: int) -> torch.Tensor:
 def _diagonal_blocks(G: Generators) -> torch.Tensor:
     """The dense ``(*, L, L)`` form of the chunks' generators ``G`` (batch ``(*, n)``, length ``L``): on the CPU
     assembled from pieces of :data:`BLOCK_PIECE` where the chunks are longer and :func:`assembles` holds."""
-    if G.length <= BLOCK_PIECE or G.B.device.type != "cpu" or not assembles(G):
+    if G.length <= BLOCK_PIECE or G.B.device.type != "cpu" or not assembles(G) or _grows(G.A):
         return G.dense()
     return dense_from_maps(chunk_maps(G, BLOCK_PIECE), G.length)
+
+
+def _grows(A: Transitions) -> bool:
+    """Whether a transition has a factor above 1 in size: there the pieces' products can overflow where the whole
+    block's do not (a growing piece, a zero decay, a growing piece: ``inf * 0`` in the blocks between them)."""
+    values = A.values
+    return bool((values > 0).any()) if A.kind == "log" else bool((values.abs() > 1).any())
 
 
 def block_solve(G: Generators, Y: torch.Tensor, chunk: int = SOLVE_CHUNK, maps: ChunkMaps | None = None) -> torch.Tensor:

