@@ -20,6 +20,7 @@ from structmat.kernels.chunked_decay import chunked_decay, states_after, torch_c
 from structmat.ssd_arguments import (
     BACKENDS,
     check_cu_seqlens,
+    check_finite_parameters,
     check_limit,
     check_seq_idx,
     check_shape,
@@ -60,14 +61,7 @@ def _check(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, c
     check_positive_int(chunk_size, "chunk_size")
     if cu_seqlens is not None and (flags["return_varlen_states"] or _per_sequence(initial_states, cu_seqlens, b)):
         check_cu_seqlens(cu_seqlens, b, l, seq_idx)  # (mamba_ssm reads it only for the varlen states)
-    if finite_checks_enabled():
-        for name, t in (("dt_bias", dt_bias), ("D", D)):
-            if t is not None and not checked_once(t, "finite", _finite):
-                raise ValueError(f"{name} must be finite; found NaN or inf")
-
-
-def _finite(t: torch.Tensor) -> bool:
-    return bool(torch.isfinite(t).all())
+    check_finite_parameters(dt_bias=dt_bias, D=D)
 
 
 def _per_sequence(initial_states, cu_seqlens, b: int) -> bool:

@@ -12,7 +12,8 @@ import torch.nn.functional as F
 
 from structmat.core.validation import check_same_device, check_tensor, checked_once, finite_checks_enabled
 
-__all__ = ["BACKENDS", "process_dt", "check_shape", "check_types", "check_limit", "check_cu_seqlens", "check_seq_idx"]
+__all__ = ["BACKENDS", "process_dt", "check_shape", "check_types", "check_limit", "check_cu_seqlens", "check_seq_idx",
+           "check_finite_parameters"]
 
 BACKENDS = ("auto", "torch", "triton")
 
@@ -100,3 +101,17 @@ def check_seq_idx(seq_idx, shape) -> None:
 
 def _rising(seq_idx: torch.Tensor) -> bool:
     return bool((seq_idx[:, 1:] >= seq_idx[:, :-1]).all())
+
+
+def check_finite_parameters(**parameters) -> None:
+    """The tensors named (None skipped) finite, read once per tensor version (a decoding loop passing the same ones
+    reads them once; a NaN parameter would turn every later output, and a decoding state, to NaN)."""
+    if not finite_checks_enabled():
+        return
+    for name, t in parameters.items():
+        if t is not None and not checked_once(t, "finite", _finite):
+            raise ValueError(f"{name} must be finite; found NaN or inf")
+
+
+def _finite(t: torch.Tensor) -> bool:
+    return bool(torch.isfinite(t).all())

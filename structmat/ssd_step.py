@@ -9,9 +9,9 @@ import os
 import torch
 import torch.nn.functional as F
 
-from structmat.core.validation import check_flag, checked_once, finite_checks_enabled
+from structmat.core.validation import check_flag
 from structmat.kernels.availability import eager_triton
-from structmat.ssd_arguments import BACKENDS, check_limit, check_shape, check_types, process_dt
+from structmat.ssd_arguments import BACKENDS, check_finite_parameters, check_limit, check_shape, check_types, process_dt
 
 __all__ = ["ssd_step", "step_unchecked", "step_backend"]
 
@@ -44,20 +44,6 @@ def _check_step(state, x, dt, A, B, C, D, z, dt_bias, indices, dt_softplus) -> N
     if state.dim() not in (3, 4) or x.dim() not in (2, 3):
         raise ValueError(f"state must have shape (batch, nheads, headdim, dstate) with x (batch, nheads, headdim), or "
                          f"(batch, dim, dstate) with x (batch, dim); got state {tuple(state.shape)} and x {tuple(x.shape)}")
-
-
-def _check_parameters(A, D, dt_bias) -> None:
-    """The parameters finite (remembered per tensor version: a decoding loop passing the same ones reads them once;
-    a NaN would be written into the caller's state, and every later token would be NaN)."""
-    if not finite_checks_enabled():
-        return
-    for name, t in (("A", A), ("D", D), ("dt_bias", dt_bias)):
-        if t is not None and not checked_once(t, "finite", _finite):
-            raise ValueError(f"{name} must be finite; found NaN or inf")
-
-
-def _finite(t: torch.Tensor) -> bool:
-    return bool(torch.isfinite(t).all())
 
 
 def ssd_step(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus: bool = False, state_batch_indices=None,
@@ -117,7 +103,7 @@ def ssd_step(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus: b
     check_shape("dt_bias", bias_, (h, p))
     if dt_limit is not None:
         check_limit(dt_limit)
-    _check_parameters(A, D, dt_bias)
+    check_finite_parameters(A=A, D=D, dt_bias=dt_bias)
     if dt_limit is not None:  # processed here: the step's kernel applies no limit
         dt_, bias_, dt_softplus = process_dt(dt_, bias_, dt_softplus, dt_limit), None, False
     run = step_backend(backend, st, x_, B_, dt_, A_, C_, D_, z_, bias_)
