@@ -28,3 +28,23 @@ def test_import_and_cpu_paths_without_triton():
     run = subprocess.run([sys.executable, "-c", SCRIPT], cwd=root, capture_output=True, text=True, timeout=300,
                          env={"PATH": "", "PYTHONPATH": str(root)})
     assert run.returncode == 0, run.stderr[-2000:]
+
+
+IMPORT_COST = """
+import sys
+import numpy, scipy.linalg, torch
+before = set(sys.modules)
+import structmat, structmat.nn
+print(" ".join(sorted(m for m in set(sys.modules) - before if m.split(".")[0] in ("torch", "scipy"))))
+"""
+
+
+def test_import_loads_neither_the_compiler_nor_scipy_signal():
+    """``import structmat`` stays near torch's own import time: ``torch._dynamo`` (about a second) loads only when a
+    user compiles, ``scipy.signal`` (0.2-0.4 s) at the first solve with one decay for all steps."""
+    root = Path(__file__).parents[1]
+    run = subprocess.run([sys.executable, "-c", IMPORT_COST], cwd=root, capture_output=True, text=True, timeout=300,
+                         env={"PATH": "", "PYTHONPATH": str(root)})
+    assert run.returncode == 0, run.stderr[-2000:]
+    loaded = run.stdout.split()
+    assert not [m for m in loaded if m.startswith(("torch._dynamo", "scipy.signal"))], loaded

@@ -73,3 +73,13 @@ def test_torch_chunk_is_capped_by_device_and_results_do_not_depend_on_it():
     ref, ref_final = sm.ssd(x, dt, A, B, C, 8, return_final_states=True, backend="torch")
     close(out, ref)
     close(final, ref_final)
+
+
+def test_planned_sma_compiles_to_one_graph():
+    """``order="auto"`` under ``torch.compile(fullgraph=True)``: the plan's FLOP counts (opt_einsum's path search)
+    fold to constants rather than being traced (a graph break raises)."""
+    torch._dynamo.reset()
+    q, k, v = _qkv(T=16)
+    mask = sm.OneSS.from_decays(rand(2, 16, seed=5))
+    f = lambda q, k, v: sm.sma(q, k, v, mask)  # noqa: E731
+    close(torch.compile(f, fullgraph=True, backend="eager")(q, k, v), f(q, k, v))

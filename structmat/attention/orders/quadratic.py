@@ -34,7 +34,6 @@ LARGE_SCORES = 1 << 24
 _FLOPS: dict = {}  # (expr, shapes) -> flops: planning a call of sizes seen before costs no path search
 
 
-@torch.compiler.assume_constant_result  # shapes in, a number out: torch.compile folds it, no trace of opt_einsum
 def einsum_flops(expr: str, *shapes) -> float:
     """FLOPs of one contraction, as ``opt_einsum.contract_path`` counts them."""
     key = (expr, shapes)
@@ -43,6 +42,12 @@ def einsum_flops(expr: str, *shapes) -> float:
             _FLOPS.clear()
         _FLOPS[key] = float(opt_einsum.contract_path(expr, *shapes, shapes=True)[1].opt_cost)
     return _FLOPS[key]
+
+
+# Shapes in, a number out: torch.compile folds the call instead of tracing opt_einsum. This is the mark that
+# ``torch.compiler.assume_constant_result`` sets; that function imports ``torch._dynamo`` (a second of every
+# ``import structmat``, for users who never compile). ``tests/nn/test_compile.py`` traces it with ``fullgraph=True``.
+einsum_flops._dynamo_marked_constant = True
 
 
 def dense_passes(mask: StructuredMatrix) -> float:
