@@ -13,7 +13,7 @@ def main(argv=None) -> int:
     t.add_argument("-T", type=int, default=64, help="sequence length, at least 1 (default 64)")
     args = parser.parse_args(argv)
     if args.T < 1:
-        parser.error(f"-T must be at least 1; got {args.T}")
+        t.error(f"-T must be at least 1; got {args.T}")
     return tour(args.T)
 
 

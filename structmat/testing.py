@@ -10,8 +10,8 @@ Users can property-test their own code on the same random structured matrices th
         smt.assert_matches_dense(M)
 
 Decays are drawn to include the edge cases that break naive code: exact zeros, exact ones and
-tiny values (``1e-30``). Every strategy takes ``T``, ``batch`` and ``dtype`` so that draws can be
-combined; :func:`matrices_of` maps a class to its strategy.
+tiny values (``1e-30``). Every matrix strategy takes ``T``, ``batch`` and ``dtype`` so that draws can be
+combined (:func:`decays` takes a whole ``shape``); :func:`matrices_of` maps a class to its strategy.
 """
 
 from __future__ import annotations

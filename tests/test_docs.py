@@ -125,3 +125,36 @@ def test_api_reference_covers_the_public_names():
     names += [f"{pkg.__name__[10:]}.{n}" for pkg in (structmat.matrices, structmat.attention) for n in pkg.__all__]
     missing = [n for n in names if not any(d == f"structmat.{n}" or d.endswith("." + n.split(".")[-1]) for d in documented)]
     assert not missing, f"no API entry for {missing}"
+
+
+def _public_objects() -> list[tuple[str, object]]:
+    import structmat
+    import structmat.attention
+    import structmat.matrices
+    import structmat.nn
+    import structmat.testing
+
+    packages = (structmat, structmat.nn, structmat.testing, structmat.matrices, structmat.attention)
+    found = {}
+    for pkg in packages:
+        for name in pkg.__all__:
+            obj = getattr(pkg, name)
+            if callable(obj) and id(obj) not in found:
+                found[id(obj)] = (f"{pkg.__name__}.{name}", obj)
+    return sorted(found.values(), key=lambda item: item[0])
+
+
+PUBLIC = _public_objects()
+
+
+@pytest.mark.parametrize("name, obj", PUBLIC, ids=[name for name, _ in PUBLIC])
+def test_public_docstring_examples_run_as_pasted(name, obj):
+    """The examples of public names' docstrings (methods included) run in an empty namespace, as a user pasting
+    them from the API pages would: ``--doctest-modules`` gives them the defining module's globals instead."""
+    import doctest
+
+    runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)
+    out = io.StringIO()
+    for test in doctest.DocTestFinder(exclude_empty=True).find(obj, name, globs={}):
+        runner.run(test, out=out.write)
+    assert not runner.failures, out.getvalue()[-3000:]

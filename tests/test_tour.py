@@ -17,6 +17,8 @@ def test_tour_checks_every_row_and_marks_the_limits(capsys):
     assert f"{len(checked)} operations checked" in out and f"{len(limits)} documented limit" in out
 
 
-def test_tour_refuses_a_length_below_one():
+def test_tour_refuses_a_length_below_one(capsys):
     with pytest.raises(SystemExit):
         main(["tour", "-T", "0"])
+    err = capsys.readouterr().err
+    assert "usage: python -m structmat tour" in err and "-T must be at least 1; got 0" in err

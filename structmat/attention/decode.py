@@ -111,10 +111,10 @@ def sma_step(state, q_t, k_t, v_t, A, B_t, C_t, D_t=None, *, scale: float = 1.0)
 
     Examples
     --------
-    >>> import torch
+    >>> import torch, structmat as sm
     >>> q = k = torch.ones(1, 1, 2); v = torch.ones(1, 1, 3); one = torch.ones(1, 1, 1)
-    >>> y, S = sma_step(None, q, k, v, None, one, one)
-    >>> y, S = sma_step(S, q, k, v, torch.full((1, 1), 0.5), one, one)
+    >>> y, S = sm.sma_step(None, q, k, v, None, one, one)
+    >>> y, S = sm.sma_step(S, q, k, v, torch.full((1, 1), 0.5), one, one)
     >>> y  # (0.5 + 1) * (q . k)
     tensor([[[3., 3., 3.]]])
     """
@@ -147,7 +147,7 @@ def sma_state(k, v, mask: StructuredMatrix) -> torch.Tensor:
     --------
     >>> import torch, structmat as sm
     >>> k, v = torch.ones(1, 3, 1, 1), torch.ones(1, 3, 1, 1)
-    >>> sma_state(k, v, sm.OneSS.decay(0.5, 3))[0, 0, :, 0, 0]  # 0.25 + 0.5 + 1
+    >>> sm.sma_state(k, v, sm.OneSS.decay(0.5, 3))[0, 0, :, 0, 0]  # 0.25 + 0.5 + 1
     tensor([1.7500])
     """
     check_qkv(k, k, v)

@@ -52,6 +52,7 @@ class Rule:
     Examples
     --------
     >>> import structmat as sm
+    >>> from structmat.core.dispatch import resolve
     >>> rule = resolve("add", sm.OneSS.causal(3), sm.OneSS.causal(3))  # (a OneSS is an SSS)
     >>> rule.op, [c.__name__ for c in rule.classes], rule.result
     ('add', ['SSS', 'SSS'], 'SSS, orders add (block-diagonal A)')

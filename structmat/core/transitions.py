@@ -68,8 +68,8 @@ class Transitions:
 
     Examples
     --------
-    >>> import torch
-    >>> A = Transitions.from_log(torch.log(torch.tensor([1.0, 0.5, 0.5])))
+    >>> import torch, structmat as sm
+    >>> A = sm.Transitions.from_log(torch.log(torch.tensor([1.0, 0.5, 0.5])))
     >>> A.prefix().actual()
     tensor([1.0000, 0.5000, 0.2500])
     >>> A.apply(torch.ones(3, 2, 1))[:, :, 0]

@@ -36,7 +36,8 @@ class GatedRMSNorm(nn.Module):
 
     Examples
     --------
-    >>> norm = GatedRMSNorm(4, group_size=2)
+    >>> import torch, structmat.nn as smnn
+    >>> norm = smnn.GatedRMSNorm(4, group_size=2)
     >>> norm(torch.tensor([[3.0, 4.0, 1.0, 1.0]])).round(decimals=4)
     tensor([[0.8485, 1.1314, 1.0000, 1.0000]], grad_fn=<RoundBackward1>)
     """
