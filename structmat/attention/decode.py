@@ -16,10 +16,10 @@ import numbers
 
 import torch
 
-from structmat.attention.heads import check_mask, check_qkv, expand_heads, mask_as_bh, result_dtype
+from structmat.attention.heads import check_activations, check_kv, check_mask, check_qkv, expand_heads, mask_as_bh, result_dtype
 from structmat.core.base import StructuredMatrix
 from structmat.core.transitions import Transitions
-from structmat.core.validation import check_count, check_scalar, check_tensor
+from structmat.core.validation import check_count, check_finite, check_scalar, check_tensor, skip_finite_checks
 from structmat.linalg.scan import linear_scan
 from structmat.matrices.bidiagonal import Bidiagonal
 from structmat.matrices.diagonal import Diagonal
@@ -42,16 +42,36 @@ def _lower_sss(mask: StructuredMatrix) -> SSS:
     return mask
 
 
-def _one_step(A, B_t: torch.Tensor) -> Transitions:
-    """The step's transition with a time axis of length 1: ``Transitions`` as given, or a scalar ``(*)``,
-    diagonal ``(*, n)`` or dense ``(*, n, n)`` tensor told apart by its rank against ``B_t (*, n)``."""
+_A_SHAPES = "(B|1, H|1) (scalar), (B|1, H|1, n) (diagonal) or (B|1, H|1, n, n) (dense)"
+
+
+def _one_step(A, B_t: torch.Tensor, batch: tuple[int, int]) -> Transitions:
+    """The step's transition (checked) with a time axis of length 1: ``Transitions`` of one step as given, a number
+    (one scalar for all), or a scalar ``(B|1, H|1)``, diagonal ``(B|1, H|1, n)`` or dense ``(B|1, H|1, n, n)``
+    tensor told apart by its rank against ``B_t (B|1, H|1, n)``."""
+    n = B_t.shape[-1]
     if isinstance(A, Transitions):
-        return A
-    A = torch.as_tensor(A, device=B_t.device)
-    extra = A.dim() - B_t.dim()
-    if extra not in (-1, 0, 1):
-        raise ValueError(f"A must have shape (B, H), (B, H, n) or (B, H, n, n) with n={B_t.shape[-1]}; got {tuple(A.shape)}")
-    return Transitions.from_shape(A.unsqueeze(A.dim() - 1 - extra if extra >= 0 else A.dim()), B_t[..., None, :])
+        values, tail = A.values, A._tail  # (the time axis and the state's)
+        shape = values.shape[:values.dim() - tail]
+        if len(shape) != 2 or values.shape[len(shape)] != 1 or (tail > 1 and values.shape[-1] != n):
+            raise ValueError(f"A as Transitions must be of one step, batch (B|1, H|1) and size n={n}: values "
+                             f"(B|1, H|1, 1{', n' * (tail - 1)}); got {tuple(values.shape)} ({A.kind})")
+        step = A
+    else:
+        if isinstance(A, bool) or not isinstance(A, (torch.Tensor, numbers.Number)):
+            raise TypeError(f"A must be a number, a tensor {_A_SHAPES} or a one-step Transitions; got {type(A).__name__}")
+        A = torch.as_tensor(A, device=B_t.device)
+        A = A.reshape(1, 1) if A.dim() == 0 else A
+        extra = A.dim() - 3
+        if extra not in (-1, 0, 1) or (extra >= 0 and A.shape[2:] != (n,) * (extra + 1)):
+            raise ValueError(f"A must have shape {_A_SHAPES} with n={n} (from B_t); got {tuple(A.shape)}")
+        if not (A.is_floating_point() or A.is_complex()):
+            raise TypeError(f"A must be a floating-point or complex tensor; got {A.dtype}")
+        step, shape = Transitions.from_shape(A.unsqueeze(2), B_t[..., None, :]), A.shape[:2]
+    if any(s not in (1, f) for s, f in zip(shape, batch)):
+        raise ValueError(f"A's batch must broadcast to (B, H) = {batch}; got {tuple(shape)}")
+    check_finite(step.values, "A", allow_neg_inf=step.kind == "log")
+    return step
 
 
 def _check_3d(**tensors: tuple) -> None:
@@ -65,27 +85,35 @@ def _check_token(q_t, k_t, v_t) -> None:
     """One token's ``q_t (B, H|H_k, N)``, ``k_t (B, H_k, N)``, ``v_t (B, H, P)``."""
     _check_3d(q_t=(q_t, "(B, H|H_k, N)"), k_t=(k_t, "(B, H_k, N)"), v_t=(v_t, "(B, H, P)"))
     check_qkv(q_t[:, None], k_t[:, None], v_t[:, None])
+    check_activations(q_t=q_t, k_t=k_t, v_t=v_t)
 
 
-def _check_step(state, q_t, k_t, v_t, B_t, C_t, D_t, scale) -> float:
+def _check_step(state, q_t, k_t, v_t, A, B_t, C_t, D_t, scale) -> tuple[Transitions | None, float]:
     """The arguments of :func:`sma_step` against the sizes ``q_t``, ``v_t`` and ``B_t`` set (a state of another
-    order, batch or width was broadcast without a word); returns the checked ``scale``."""
+    order, batch or width was broadcast without a word); the mask's parts finite where finite checks are on, as a
+    mask's parameters are; returns the step's transition (None without ``A``) and the checked ``scale``."""
     _check_token(q_t, k_t, v_t)
     _check_3d(B_t=(B_t, "(B|1, H|1, n)"), C_t=(C_t, "(B|1, H|1, n)"))
     (Bsz, H, P), N, n = v_t.shape, q_t.shape[-1], B_t.shape[-1]
     for name, t in (("B_t", B_t), ("C_t", C_t)):
         if t.shape[0] not in (1, Bsz) or t.shape[1] not in (1, H) or t.shape[2] != n:
             raise ValueError(f"{name} must have shape (B|1, H|1, n) = ({Bsz}|1, {H}|1, {n}); got {tuple(t.shape)}")
+        check_finite(t, name)
     if D_t is not None and not isinstance(D_t, numbers.Number):
         check_tensor(D_t, "D_t", "a number or a tensor (B|1, H|1)")
         if D_t.dim() > 2 or any(s not in (1, f) for s, f in zip(D_t.shape[::-1], (H, Bsz))):
             raise ValueError(f"D_t must broadcast to (B, H) = ({Bsz}, {H}); got {tuple(D_t.shape)}")
+    if D_t is not None:
+        check_finite(torch.as_tensor(D_t), "D_t")
     if state is not None:
         check_tensor(state, "state", "a tensor (B, H, n, N, P)")
         if tuple(state.shape) != (Bsz, H, n, N, P):
             raise ValueError(f"state must have shape (B, H, n, N, P) = {(Bsz, H, n, N, P)} (n from B_t); got "
                              f"{tuple(state.shape)}")
-    return check_scalar(scale, "scale", real=True)
+        if A is None:
+            raise ValueError("A is required when state is given (the transition from the state to this step)")
+    step = None if A is None else _one_step(A, B_t, (Bsz, H))
+    return step, check_scalar(scale, "scale", real=True)
 
 
 def sma_step(state, q_t, k_t, v_t, A, B_t, C_t, D_t=None, *, scale: float = 1.0):
@@ -98,12 +126,17 @@ def sma_step(state, q_t, k_t, v_t, A, B_t, C_t, D_t=None, *, scale: float = 1.0)
     q_t : Tensor ``(B, H|H_k, N)``
     k_t : Tensor ``(B, H_k, N)``
     v_t : Tensor ``(B, H, P)``
-    A : the step's transition, broadcastable to ``(B, H)``: a scalar ``(B, H)``, diagonal
-        ``(B, H, n)`` or dense ``(B, H, n, n)`` tensor, or a one-step ``Transitions`` (log decays:
-        ``Transitions.from_log(log_a[..., None])`` with ``log_a (B, H)``). Unused when ``state`` is None.
+    A : the step's transition: a number (one scalar for all), a scalar ``(B|1, H|1)``, diagonal
+        ``(B|1, H|1, n)`` or dense ``(B|1, H|1, n, n)`` tensor, or a one-step ``Transitions`` (log decays:
+        ``Transitions.from_log(log_a[..., None])`` with ``log_a (B|1, H|1)``). Required with a ``state``; its
+        dtype counts in the result's when given.
     B_t, C_t : Tensor ``(B|1, H|1, n)``
     D_t : Tensor ``(B|1, H|1)`` or number, optional
         The step's diagonal entry (default ``C_t . B_t``).
+
+    ``A``, ``B_t``, ``C_t`` and ``D_t`` must be finite, as a mask's parameters (a host read per step on a GPU:
+    :func:`~structmat.skip_finite_checks` skips it). Everything is computed in the dtype the step's tensors promote
+    to (at least float32); ``y_t`` comes back as :func:`~structmat.sma` would give it for the same mask.
 
     Notes
     -----
@@ -118,23 +151,25 @@ def sma_step(state, q_t, k_t, v_t, A, B_t, C_t, D_t=None, *, scale: float = 1.0)
     >>> y  # (0.5 + 1) * (q . k)
     tensor([[[3., 3., 3.]]])
     """
-    scale = _check_step(state, q_t, k_t, v_t, B_t, C_t, D_t, scale)
+    step, scale = _check_step(state, q_t, k_t, v_t, A, B_t, C_t, D_t, scale)
     q, k, v = (x[:, 0] for x in expand_heads(q_t[:, None], k_t[:, None], v_t[:, None]))
     batch = v.shape[:2]
-    D = (C_t * B_t).sum(-1) if D_t is None else torch.as_tensor(D_t)
+    D = (C_t * B_t).sum(-1) if D_t is None else torch.as_tensor(D_t, device=v.device)
+    mask_dtype = torch.promote_types(torch.promote_types(B_t.dtype, C_t.dtype), D.dtype)
+    mask_dtype = mask_dtype if step is None else step.promote(mask_dtype)
+    activations = torch.promote_types(torch.promote_types(q_t.dtype, k_t.dtype), v_t.dtype)
+    dtype = _state_dtype(torch.promote_types(activations, mask_dtype), state)  # (every product in it: D36's rule)
+    q, k, v = (t.to(dtype) for t in (q, k, v))
     kv = k[..., :, None] * v[..., None, :]  # (B, H, N, P)
-    dtype = _state_dtype(torch.promote_types(torch.promote_types(kv.dtype, B_t.dtype), q.dtype), state)
     if state is None:
         past = torch.zeros(*batch, B_t.shape[-1], *kv.shape[-2:], dtype=dtype, device=v.device)
     else:
-        A1 = _one_step(A, B_t)
-        flat = state.reshape(*batch, 1, state.shape[-3], state.shape[-2] * state.shape[-1])  # (no -1: order 0 is empty)
-        past = A1.apply(flat).reshape(state.shape).to(dtype)
-    y = torch.einsum("bhm,bhmnp,bhn->bhp", C_t.expand(*batch, -1).to(dtype), past, q.to(dtype))
-    y = y + D.expand(batch)[..., None].to(dtype) * (q * k).sum(-1, keepdim=True).to(dtype) * v.to(dtype)
-    state = past + B_t.expand(*batch, -1).to(dtype)[..., None, None] * kv.to(dtype)[:, :, None]
-    activations = torch.promote_types(torch.promote_types(q_t.dtype, k_t.dtype), v_t.dtype)
-    return (y * scale).to(result_dtype(activations, torch.promote_types(B_t.dtype, C_t.dtype))), state
+        flat = state.to(dtype).reshape(*batch, 1, state.shape[-3], state.shape[-2] * state.shape[-1])  # (no -1: order 0)
+        past = step.cast(dtype).apply(flat).reshape(state.shape)
+    y = torch.einsum("bhm,bhmnp,bhn->bhp", C_t.expand(*batch, -1).to(dtype), past, q)
+    y = y + D.expand(batch)[..., None].to(dtype) * (q * k).sum(-1, keepdim=True) * v
+    state = past + B_t.expand(*batch, -1).to(dtype)[..., None, None] * kv[:, :, None]
+    return (y * scale).to(result_dtype(activations, mask_dtype)), state
 
 
 def sma_state(k, v, mask: StructuredMatrix) -> torch.Tensor:
@@ -150,17 +185,19 @@ def sma_state(k, v, mask: StructuredMatrix) -> torch.Tensor:
     >>> sm.sma_state(k, v, sm.OneSS.decay(0.5, 3))[0, 0, :, 0, 0]  # 0.25 + 0.5 + 1
     tensor([1.7500])
     """
-    check_qkv(k, k, v)
+    check_kv(k, v)
+    check_activations(k=k, v=v)
     check_mask(mask, k.shape[1], k.shape[1], k.shape[0], v.shape[2], k.device)
     M = mask_as_bh(_lower_sss(mask), k.shape[0], v.shape[2])
     _, k, v = expand_heads(k, k, v)
     Bsz, T, H, N = k.shape
     G = M.generators.expand((Bsz, H))
-    dtype = _state_dtype(torch.promote_types(torch.promote_types(k.dtype, v.dtype), G.B.dtype))
+    dtype = _state_dtype(G.A.promote(torch.promote_types(torch.promote_types(k.dtype, v.dtype), G.B.dtype)))
     if T == 0:  # no prompt: the zero state
         return torch.zeros(Bsz, H, G.order, N, v.shape[-1], dtype=dtype, device=v.device)
-    Z = (k[..., :, None] * v[..., None, :]).permute(0, 2, 1, 3, 4).reshape(Bsz, H, T, -1)  # (B, H, T, N P)
-    u = G.B[..., :, :, None].to(dtype) * Z[..., :, None, :].to(dtype)  # (B, H, T, n, N P)
+    k, v = k.to(dtype), v.to(dtype)
+    Z = (k[..., :, None] * v[..., None, :]).permute(0, 2, 1, 3, 4).reshape(Bsz, H, T, N * v.shape[-1])  # (B, H, T, N P)
+    u = G.B[..., :, :, None].to(dtype) * Z[..., :, None, :]  # (B, H, T, n, N P)
     h = linear_scan(G.A.with_identity_first().cast(dtype), u)
     return h[..., -1, :, :].reshape(Bsz, H, G.order, N, v.shape[-1])
 
@@ -214,7 +251,8 @@ class SMADecoder:
         _check_token(q_t, k_t, v_t)  # (before their sizes are read; sma_step checks the rest)
         M = mask_as_bh(self.mask, v_t.shape[0], v_t.shape[1])
         G = M.generators.expand(M.batch_shape).narrow(self.t, 1)
-        y, self.state = sma_step(self.state, q_t, k_t, v_t, G.A, G.B[..., 0, :], G.C[..., 0, :], G.diagonal()[..., 0],
-                                 scale=self.scale)
+        with skip_finite_checks():  # (the mask's parameters were checked when it was made)
+            y, self.state = sma_step(self.state, q_t, k_t, v_t, G.A, G.B[..., 0, :], G.C[..., 0, :],
+                                     G.diagonal()[..., 0], scale=self.scale)
         self.t += 1
         return y

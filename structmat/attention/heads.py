@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import operator
+
 import torch
 
 from structmat.attention.tuning import Tuning
 from structmat.core.base import StructuredMatrix
 from structmat.core.validation import check_matrix, check_same_device, trusted_parameters
 
-__all__ = ["LOW_PRECISION", "result_dtype", "check_qkv", "check_mask", "expand_heads", "mask_to_bh", "mask_as_bh",
-           "out_dtype", "add_diagonal", "time_blocks", "time_tile"]
+__all__ = ["LOW_PRECISION", "result_dtype", "check_qkv", "check_kv", "check_activations", "check_mask", "expand_heads",
+           "mask_to_bh", "mask_as_bh", "out_dtype", "add_diagonal", "time_blocks", "time_tile"]
 
 
 def _shape_of(name: str, t, shapes: bool) -> tuple[int, ...]:
@@ -17,13 +19,33 @@ def _shape_of(name: str, t, shapes: bool) -> tuple[int, ...]:
     what = "a 4-D tensor (batch, length, heads, features)" + (" or its shape" if shapes else "")
     if isinstance(t, torch.Tensor):
         shape = tuple(t.shape)
-    elif shapes and isinstance(t, (tuple, list)) and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in t):
-        shape = tuple(t)
+    elif shapes and isinstance(t, (tuple, list, torch.Size)) and all(_is_size(n) for n in t):
+        shape = tuple(operator.index(n) for n in t)
     else:
-        raise TypeError(f"{name} must be {what}; got {type(t).__name__}")
+        raise TypeError(f"{name} must be {what}" + (" (of sizes >= 0)" if shapes else "") + f"; got {type(t).__name__}")
     if len(shape) != 4:
         raise ValueError(f"{name} must be {what}; got shape {shape}")
     return shape
+
+
+def _is_size(n) -> bool:
+    """An integer size (numpy's included) of at least 0."""
+    if isinstance(n, bool):
+        return False
+    try:
+        return operator.index(n) >= 0
+    except TypeError:
+        return False
+
+
+def check_kv(k, v) -> None:
+    """Tensors ``k (B, S, Hk, N)`` and ``v (B, S, H, P)`` with ``H % Hk == 0`` on one device (a prefill's)."""
+    (Bk, S, Hk, _), (Bv, Sv, H, _) = _shape_of("k", k, False), _shape_of("v", v, False)
+    check_same_device(v, "v", k, "k")
+    if Bv != Bk or Sv != S:
+        raise ValueError(f"k and v must share the batch size and the sequence length; got {(Bk, S)} and {(Bv, Sv)}")
+    if (H % Hk if Hk else H):
+        raise ValueError(f"v heads H={H} must be a multiple of k heads H_k={Hk}")
 
 
 def check_qkv(q, k, v, *, shapes: bool = False) -> None:
@@ -49,6 +71,13 @@ def check_qkv(q, k, v, *, shapes: bool = False) -> None:
         raise ValueError(f"v heads H={H} must be a multiple of k heads H_k={Hk}")
     if Hq not in (H, Hk):
         raise ValueError(f"q must have H={H} or H_k={Hk} heads; got {Hq}")
+
+
+def check_activations(**tensors: torch.Tensor) -> None:
+    """Each a floating-point or complex tensor (an integer attention would truncate)."""
+    for name, t in tensors.items():
+        if not (t.is_floating_point() or t.is_complex()):
+            raise TypeError(f"{name} must be a floating-point or complex tensor; got {t.dtype}")
 
 
 def check_mask(mask, T: int, S: int, B: int, H: int, device: torch.device | None) -> None:

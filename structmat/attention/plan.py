@@ -19,7 +19,7 @@ from structmat.attention.heads import check_mask, check_qkv
 from structmat.attention.orders import ORDERS, Problem, admissible
 from structmat.attention.tuning import _BY_KIND, Tuning, tuning_for
 from structmat.core.base import StructuredMatrix
-from structmat.core.validation import check_positive_int
+from structmat.core.validation import check_device, check_positive_int
 from structmat.matrices import DFT, SSS, Bidiagonal, Dense, Diagonal, Fourier, LowRank, OneSS, Quasiseparable, Toeplitz
 
 __all__ = ["Plan", "sma_plan", "plan_checked", "structure", "PLAN_CACHE_SIZE"]
@@ -77,6 +77,7 @@ def sma_plan(q, k, v, mask: StructuredMatrix, *, dtype: torch.dtype | None = Non
                         f"{type(tuning).__name__}")
     if dtype is not None and not (isinstance(dtype, torch.dtype) and (dtype.is_floating_point or dtype.is_complex)):
         raise TypeError(f"dtype must be a floating or complex torch.dtype (that of the activations) or None; got {dtype!r}")
+    device = check_device(device)
     if isinstance(v, torch.Tensor):
         dtype, device = dtype or v.dtype, device or v.device
     tuning = tuning or tuning_for(device or "cpu")

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from structmat.attention.heads import LOW_PRECISION, check_mask, check_qkv, expand_heads, result_dtype
+from structmat.attention.heads import LOW_PRECISION, check_activations, check_mask, check_qkv, expand_heads, result_dtype
 from structmat.attention.orders import ORDERS, admissible
 from structmat.attention.plan import plan_checked
 from structmat.attention.tuning import Tuning, tuning_for
 from structmat.core.base import StructuredMatrix
+from structmat.core.dtypes import real_dtype
+from structmat.core.small import held_tensors
 from structmat.core.validation import check_positive_int, check_scalar
 
 __all__ = ["sma"]
@@ -16,12 +18,13 @@ __all__ = ["sma"]
 
 class _EmptySum(torch.autograd.Function):
     """The zeros of an attention with nothing to sum over (an empty ``S`` or ``N``, or an empty output), in the graph
-    of ``q, k, v`` as ``torch.einsum``'s result is: a loss built on it differentiates, to zero gradients."""
+    of ``q, k, v`` and the mask's tensors as ``torch.einsum``'s result is: a loss built on it differentiates, to zero
+    gradients."""
 
     @staticmethod
-    def forward(ctx, shape, dtype, q, k, v):
-        ctx.inputs = [(t.shape, t.dtype, t.device) for t in (q, k, v)]
-        return torch.zeros(shape, dtype=dtype, device=v.device)
+    def forward(ctx, shape, dtype, *inputs):
+        ctx.inputs = [(t.shape, t.dtype, t.device) for t in inputs]
+        return torch.zeros(shape, dtype=dtype, device=inputs[2].device)
 
     @staticmethod
     def backward(ctx, _):
@@ -69,9 +72,7 @@ def sma(q, k, v, mask: StructuredMatrix, *, order: str = "auto", scale: float = 
     True
     """
     check_qkv(q, k, v)
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not (t.is_floating_point() or t.is_complex()):  # (an integer attention would truncate)
-            raise TypeError(f"{name} must be a floating-point or complex tensor; got {t.dtype}")
+    check_activations(q=q, k=k, v=v)
     if tuning is not None and not isinstance(tuning, Tuning):
         raise TypeError(f"tuning must be a Tuning (structmat.attention.tuning_for(device)) or None; got "
                         f"{type(tuning).__name__}")
@@ -86,11 +87,14 @@ def sma(q, k, v, mask: StructuredMatrix, *, order: str = "auto", scale: float = 
     dtype = torch.promote_types(torch.promote_types(q.dtype, k.dtype), v.dtype)
     result = result_dtype(dtype, mask.dtype)
     if 0 in (q.shape[0], T, S, q.shape[2], q.shape[3], v.shape[3]):  # nothing to contract: zeros of the right shape
-        return _EmptySum.apply((q.shape[0], T, q.shape[2], v.shape[3]), result, q, k, v)
+        graph = [t for t in held_tensors(mask) if t.requires_grad] if torch.is_grad_enabled() else []
+        return _EmptySum.apply((q.shape[0], T, q.shape[2], v.shape[3]), result, q, k, v, *graph)
     if order == "auto":
         plan = plan_checked(q.shape, k.shape, v.shape, mask, dtype, chunk, tuning)
         order, chunk = plan.order, plan.chunk
-    work = torch.float32 if dtype in LOW_PRECISION else dtype  # 16-bit inputs accumulate in float32
+    # 16-bit inputs accumulate in float32; others in the precision of the result (float32 activations beside a float64
+    # mask: the products of q, k and v that an order forms before it meets the mask, in float64 too)
+    work = torch.float32 if dtype in LOW_PRECISION else torch.promote_types(dtype, real_dtype(mask.dtype))
     q, k, v = (t if t.dtype == work else t.to(work) for t in (q, k, v))
     y = ORDERS[order].run(q, k, v, mask, scale, tuning, chunk or tuning.chunk)
     return y if y.dtype == result else y.to(result)

@@ -28,8 +28,8 @@ from structmat.core.dtypes import compute_dtype
 from structmat.core.host import host
 from structmat.core.validation import SingularMatrixError, finite_checks_enabled
 
-__all__ = ["DENSE_MAX_ENTRIES", "DENSE_MAX_WORK", "dense_form", "dense_solve", "in_place_stamp", "keep", "keep_when_used",
-           "vector_solve"]
+__all__ = ["DENSE_MAX_ENTRIES", "DENSE_MAX_WORK", "dense_form", "dense_solve", "held_tensors", "in_place_stamp", "keep",
+           "keep_when_used", "vector_solve"]
 
 #: Most entries (``T * S`` times the batch) of a matrix whose products and solves run through its kept
 #: dense form: ``256 x 256``. Measured (one thread, float64, ``x (T, 1)``): a 1-SS, SSS(4), Toeplitz,
@@ -51,6 +51,11 @@ class _Kept:
 
     params: list[tuple[torch.Tensor, int]]
     values: dict = field(default_factory=dict)
+
+
+def held_tensors(M) -> list[torch.Tensor]:
+    """Every tensor a structured matrix holds: its parameters, those of its parts and transitions (with repeats)."""
+    return _tensors(M, [], set())
 
 
 def _tensors(obj, out: list, seen: set) -> list:
