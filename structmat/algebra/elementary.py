@@ -148,12 +148,15 @@ def bidiagonal_inverse(a: Bidiagonal) -> OneSS:
                            "Bidiagonal.inv(): the ratio sub[t-1] / diag[t]")
     size = ratio.abs()
     step = torch.where(size > 0, ratio / torch.where(size > 0, size, 1.0), 1.0)
+    # a real step is a sign, of derivative 0: differentiating r / |r| would subtract two terms of size 1 / |r|
+    step = step if step.is_complex() else step.detach()
     phase = torch.cumprod(step, dim=-1)
     log_size = safe_log(size)
     _check_inverse_range(log_size, size, diag)
-    # |r| kept as a decay whose derivative is the phase (1 at r = 0, where abs has none): exact gradients at 0
-    decays = ratio * step.detach().conj()
-    decays = decays.real if decays.is_complex() else decays
+    # |r| kept as a decay (with abs's curvature, for second derivatives), of derivative the phase at r = 0, where abs
+    # has none: exact gradients at 0 for real matrices (complex ones lose the imaginary direction there: their solve
+    # differentiates by the adjoint system, Bidiagonal.solve)
+    decays = torch.where(size > 0, size, (ratio * step.detach().conj()).real)
     return OneSS._of(log_size, 1.0 / (phase * diag), phase, True, batch, decays)  # 1 / diag_i: the entry (i, i), in range
 
 

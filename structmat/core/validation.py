@@ -336,8 +336,9 @@ def check_overflow(x: torch.Tensor, what: str) -> torch.Tensor:
     # one reduction sees any inf or NaN (isfinite is four kernels); a sum that merely overflows gets the exact check
     if overflow_checks_enabled() and x.numel() and x.device.type != "meta" and not math.isfinite(abs(x.sum().item())) \
             and not bool(torch.isfinite(x).all()):
+        narrow = torch.finfo(x.dtype.to_real() if x.is_complex() else x.dtype).bits < 64
         raise SingularMatrixError(f"{what} overflows {str(x.dtype).replace('torch.', '')}: the matrix is singular or too "
-                                  "close to singular in this dtype (try float64)")
+                                  "close to singular in this dtype" + (" (try float64)" if narrow else ""))
     return x
 
 

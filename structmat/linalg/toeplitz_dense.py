@@ -36,6 +36,8 @@ def toeplitz_dense(c: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
         c, r = c.to(dtype), r.to(dtype)
     if T == 0 or S == 0:
         return c.new_zeros((*c.shape[:-1], T, S))
+    if c.dtype == torch.complex32:  # (no complex32 flip: the same entries, copied in complex64)
+        return toeplitz_dense(c.to(torch.complex64), r.to(torch.complex64)).to(torch.complex32)
     return torch.cat([r[..., 1:].flip(-1), c], dim=-1).unfold(-1, S, 1).flip(-1)
 
 
@@ -51,4 +53,6 @@ def circulant_dense(k: torch.Tensor) -> torch.Tensor:
     T = k.shape[-1]
     if T == 0:
         return k.new_zeros((*k.shape, 0))
+    if k.dtype == torch.complex32:  # (no complex32 flip: the same entries, copied in complex64)
+        return circulant_dense(k.to(torch.complex64)).to(torch.complex32)
     return torch.cat([k[..., 1:], k], dim=-1).unfold(-1, T, 1).flip(-1)

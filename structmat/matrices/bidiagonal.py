@@ -108,9 +108,14 @@ class Bidiagonal(StructuredMatrix):
 
     def solve(self, Y) -> torch.Tensor:
         """Solve ``M X = Y``, ``O(T K)``: by LAPACK's banded solve on the CPU (real data, no gradient), else through
-        the exact inverse (a 1-SS scan). :class:`~structmat.SingularMatrixError` for a zero diagonal entry and a
-        solution that overflows."""
+        the exact inverse (a 1-SS scan); complex parameters that want a gradient differentiate by the adjoint system
+        (exact where a sub-diagonal entry is zero). :class:`~structmat.SingularMatrixError` for a zero diagonal entry
+        and a solution that overflows."""
         self._check_square("solve()")
+        if self.diag.is_complex() and torch.is_grad_enabled() and (self.diag.requires_grad or self.sub.requires_grad):
+            M, Y, vector = self._operand(Y, "Y")
+            X = _AdjointSolve.apply(M.diag, M.sub, Y, M.lower)
+            return X[..., 0] if vector else X
         X = self._small_solve(Y, "lower" if self.lower else "upper", "Bidiagonal is singular: a diagonal entry is zero")
         if X is not None:
             return X
@@ -119,3 +124,27 @@ class Bidiagonal(StructuredMatrix):
             return self._inverse()._product(Y[..., 0] if vector else Y, "Y")
         X = banded.bidiagonal_solve(small.keep(M, "band", lambda: banded.bidiagonal_band(M.diag, M.sub)), Y, not M.lower)
         return X[..., 0] if vector else X
+
+
+class _AdjointSolve(torch.autograd.Function):
+    """``X = M^{-1} Y`` for a bidiagonal ``M`` whose gradients come from the adjoint system ``Lam = M^{-H} G``: as
+    ``dX = -M^{-1} dM X``, ``dL/dM = -Lam X^H``, whose diagonal and sub-diagonal are the gradients in ``diag`` and
+    ``sub``. Exact where a ratio ``sub / diag`` is zero or tiny, where the inverse's decays and phases are not for
+    complex matrices (their split has no derivative at 0); twice differentiable (the backward solves by this
+    function)."""
+
+    @staticmethod
+    def forward(ctx, diag, sub, Y, lower):
+        X = Bidiagonal._of(diag, sub, lower).solve(Y)  # (autograd is off in a forward: the fast paths)
+        ctx.lower = lower
+        ctx.save_for_backward(diag, sub, X)
+        return X
+
+    @staticmethod
+    def backward(ctx, G):
+        diag, sub, X = ctx.saved_tensors
+        Lam = _AdjointSolve.apply(diag.conj(), sub.conj(), G, not ctx.lower)  # M^H: the conjugate transpose
+        near, far = (slice(1, None), slice(None, -1)) if ctx.lower else (slice(None, -1), slice(1, None))
+        grad_diag = -(Lam * X.conj()).sum(-1).sum_to_size(diag.shape)
+        grad_sub = -(Lam[..., near, :] * X[..., far, :].conj()).sum(-1).sum_to_size(sub.shape)
+        return grad_diag, grad_sub, Lam.sum_to_size(G.shape), None

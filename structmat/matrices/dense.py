@@ -36,6 +36,8 @@ class Dense(StructuredMatrix):
         return self.M
 
     def _matmat(self, X: torch.Tensor) -> torch.Tensor:
+        if X.dtype == torch.complex32:  # (no complex32 matmul: accumulated in complex64, DESIGN section 5)
+            return (self.M.to(torch.complex64) @ X.to(torch.complex64)).to(torch.complex32)
         return self.M @ X
 
     def _map(self, fn) -> Dense:

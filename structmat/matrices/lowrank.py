@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from structmat.core.base import StructuredMatrix
+from structmat.core.dtypes import compute_dtype
 from structmat.core.validation import SingularMatrixError, as_tensor, broadcast_batch, check_finite, check_solution
 from structmat.matrices.sss import SSS
 
@@ -55,13 +56,23 @@ class LowRank(StructuredMatrix):
 
     def diagonal(self) -> torch.Tensor:
         n = min(self.shape[-2:])
-        return (self.U[..., :n, :] * self.V[..., :n, :]).sum(-1).expand(*self.batch_shape, n)
+        U, V = self._factors()
+        return (U[..., :n, :] * V[..., :n, :]).sum(-1).expand(*self.batch_shape, n).to(self.dtype)
 
     def to_dense(self) -> torch.Tensor:
-        return (self.U @ self.V.transpose(-1, -2)).expand(self.shape)
+        U, V = self._factors()
+        return (U @ V.transpose(-1, -2)).expand(self.shape).to(self.dtype)
 
     def _matmat(self, X: torch.Tensor) -> torch.Tensor:
-        return self.U @ (self.V.transpose(-1, -2) @ X)
+        U, V = self._factors()
+        return (U @ (V.transpose(-1, -2) @ X.to(U.dtype))).to(X.dtype)
+
+    def _factors(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``U, V``; in complex64 for complex32 (no complex32 matmul or sum: accumulated in complex64, DESIGN
+        section 5)."""
+        if self.U.dtype == torch.complex32:
+            return self.U.to(torch.complex64), self.V.to(torch.complex64)
+        return self.U, self.V
 
     def _map(self, fn) -> LowRank:
         return LowRank(fn(self.U), fn(self.V))
@@ -86,6 +97,8 @@ class LowRank(StructuredMatrix):
         self._check_square("solve()")
         if self.order < self.shape[-1]:
             raise SingularMatrixError(f"LowRank of rank {self.order} < {self.shape[-1]} is singular")
+        if compute_dtype(self.dtype) != self.dtype:  # (LAPACK has no half precision)
+            return self._solve_in_float32(Y)
         M, Y, vector = self._operand(Y, "Y")
         X, info = torch.linalg.solve_ex(M.to_dense(), Y)
         if bool((info != 0).any()):
