@@ -10,7 +10,7 @@ from structmat.core.validation import SingularMatrixError, check_overflow
 from structmat.linalg.spectral import linear_convolution
 from structmat.linalg.toeplitz_solvers import causal_inverse_series, lower_toeplitz_dense
 from structmat.matrices.dft import DFT
-from structmat.matrices.fourier import Fourier
+from structmat.matrices.fourier import Fourier, fft_ulps
 from structmat.matrices.toeplitz import Toeplitz, ToeplitzInverse
 
 __all__ = ["DIRECT_PRODUCT_MAX_T", "both_causal", "toeplitz_add", "causal_toeplitz_matmul", "toeplitz_hadamard", "toeplitz_inverse",
@@ -78,11 +78,13 @@ def fourier_hadamard(a: Fourier, b: Fourier) -> Fourier:
 
 
 def fourier_inverse(a: Fourier) -> Fourier:
-    """Reciprocal eigenvalues; singular when one is below ``T eps`` times the largest."""
+    """Reciprocal eigenvalues; singular when one is below ``10 eps max(1, log2 T)`` times the largest (FFT-computed
+    eigenvalues are accurate to about ``eps log2 T`` of the largest; ``T eps`` refused well-conditioned float32
+    circulants at long ``T``)."""
     mag = a.eigvals.abs()
     if mag.numel() == 0:
         return _fourier(a.eigvals.clone(), a.real, a)
-    tol = a.shape[-1] * torch.finfo(mag.dtype).eps * mag.amax(-1, keepdim=True)
+    tol = fft_ulps(a.shape[-1]) * torch.finfo(mag.dtype).eps * mag.amax(-1, keepdim=True)
     if bool((mag <= tol).any()):
         raise SingularMatrixError("Fourier mask has a (numerically) zero eigenvalue")
     return _fourier(check_overflow(1.0 / a.eigvals, "Fourier.inv() eigenvalues"), a.real, a)
@@ -92,10 +94,17 @@ def dft_inverse(a: DFT) -> DFT:
     """``F^{-1} = conj(F) / T``: the transform of the opposite sign, scaled.
 
     The real part is invertible only for ``T <= 2``, where the DFT matrix is real and ``F^{-1} = F / T``;
-    the imaginary part only for ``T = 0``. The ``0 x 0`` matrix is its own inverse, whatever the scale.
+    the imaginary part only for ``T = 0``. The ``0 x 0`` matrix is its own inverse, whatever the scale. A zero scale,
+    or one whose inverse ``1 / (T scale)`` overflows the matrix's precision (it is zero, or a subnormal of it, there),
+    is singular.
     """
     if a.n == 0:
         return a
     if a.part == "imag" or (a.part == "real" and a.n > 2):
         raise SingularMatrixError(f"the {a.part} part of the DFT matrix is singular for T = {a.n}")
+    finfo = torch.finfo(a._precision)
+    if not a.n * abs(a.scale) * finfo.max >= 1:  # |1 / (T scale)| > max, without dividing by a zero scale
+        precision = str(a._precision).replace("torch.", "")
+        raise SingularMatrixError(f"the DFT matrix with scale {a.scale!r} is singular in {precision}: its inverse's "
+                                  f"scale 1 / (T * scale) would overflow {precision}")
     return a._with(inverse=not a.inverse, scale=1.0 / (a.n * a.scale))

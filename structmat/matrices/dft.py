@@ -8,7 +8,7 @@ import torch
 
 from structmat.core.base import StructuredMatrix
 from structmat.core.dtypes import complex_dtype, compute_dtype, real_dtype
-from structmat.core.lazy import Product
+from structmat.core.lazy import Product, Sum
 from structmat.core.validation import check_count, check_device, check_dtype, check_flag, check_scalar
 from structmat.matrices.diagonal import Diagonal
 
@@ -21,7 +21,9 @@ class DFT(StructuredMatrix):
     """The DFT matrix as a mask: ``L[t, s] = scale * exp(-2 pi i t s / T)`` (``+`` if ``inverse``).
 
     ``part="real"`` / ``"imag"`` select ``scale * Re(.)`` / ``scale * Im(.)`` of the unscaled matrix:
-    the cosine and sine masks (``DFT(T).real``). Matvec by FFT, ``O(T log T)``; ``inv()`` of the full
+    the cosine and sine masks (``DFT(T).real``, ``DFT(T).imag``). The properties ``.real`` / ``.imag``
+    follow torch: they are the real and imaginary parts of the matrix they are called on (of a part or
+    with a complex scale too, see :attr:`real`). Matvec by FFT, ``O(T log T)``; ``inv()`` of the full
     matrix is exact: ``DFT(T, inverse=True, scale=1/T)``.
 
     ``dtype`` sets the precision: the full matrix (and any part with a complex scale) is complex, the
@@ -35,6 +37,12 @@ class DFT(StructuredMatrix):
     >>> torch.allclose(F @ torch.ones(4, dtype=torch.complex64), torch.tensor([4, 0, 0, 0], dtype=torch.complex64))
     True
     >>> torch.allclose((F.inv() @ F).to_dense(), torch.eye(4, dtype=torch.complex64), atol=1e-6)
+    True
+    >>> S = F.imag                                     # the sine mask, real
+    >>> S.real is S, S.imag.to_dense().abs().max().item()
+    (True, 0.0)
+    >>> G = F * 1j                                     # Re(1j L) = -Im(L)
+    >>> torch.equal(G.real.to_dense(), -S.to_dense())
     True
     """
 
@@ -50,6 +58,9 @@ class DFT(StructuredMatrix):
         scale = scale.item() if isinstance(scale, torch.Tensor) else scale
         self.n, self.inverse, self.scale, self.part = T, check_flag(inverse, "inverse"), scale, part
         self._precision = real_dtype(dtype)  # float16 -> complex32, bfloat16 -> complex64
+        if not abs(scale) <= torch.finfo(self._precision).max:  # its entries (|scale| times a root) would be inf
+            raise ValueError(f"scale must be within the range of {str(self._precision).replace('torch.', '')} "
+                             f"(|scale| <= {torch.finfo(self._precision).max:.4g}); got {scale!r}")
         self._complex = compute_dtype(complex_dtype(self._precision))  # what the FFTs run in
         real = part != "full" and not isinstance(scale, complex)
         super().__init__((self.n, self.n), self._precision if real else complex_dtype(self._precision),
@@ -60,15 +71,30 @@ class DFT(StructuredMatrix):
         kw.update(changes)
         return DFT(kw.pop("T"), kw.pop("inverse"), **kw)
 
-    @property
-    def real(self) -> DFT:
-        """Cosine mask ``Re(L)`` (of the unscaled matrix, times ``scale``)."""
-        return self._with(part="real")
+    def _parts(self, imag: bool) -> StructuredMatrix:
+        """``Re`` (``imag=False``) or ``Im`` of this matrix ``s P``, ``P`` the unscaled full matrix or part."""
+        a, b = (self.scale.real, self.scale.imag) if isinstance(self.scale, complex) else (self.scale, 0.0)
+        if self.part != "full":  # P real: Re(s P) = Re(s) P, Im(s P) = Im(s) P (the zero matrix for a real s)
+            return self._with(scale=b if imag else a)
+        # Re(s L) = a Re(L) - b Im(L), Im(s L) = a Im(L) + b Re(L): one real-scaled part, or the lazy Sum of two
+        first, second = (self._with(part="imag", scale=a), self._with(part="real", scale=b)) if imag else \
+            (self._with(part="real", scale=a), self._with(part="imag", scale=-b))
+        return first if b == 0 else second if a == 0 else Sum(first, second)
 
     @property
-    def imag(self) -> DFT:
-        """Sine mask ``Im(L)`` (of the unscaled matrix, times ``scale``)."""
-        return self._with(part="imag")
+    def real(self) -> StructuredMatrix:
+        """The real part, as ``torch.Tensor.real`` of :meth:`to_dense`: ``DFT(T).real`` is the cosine mask
+        (``part="real"``, real scale); a real part is its own real part; with a complex scale ``s``,
+        ``Re(s L) = Re(s) Re(L) - Im(s) Im(L)`` (a lazy :class:`~structmat.Sum` of the two parts when both
+        coefficients are nonzero)."""
+        return self if not self.dtype.is_complex else self._parts(imag=False)
+
+    @property
+    def imag(self) -> StructuredMatrix:
+        """The imaginary part: ``DFT(T).imag`` is the sine mask (``part="imag"``, real scale); that of a real part
+        is the zero matrix (the same part with ``scale=0.0``); with a complex scale ``s``,
+        ``Im(s L) = Re(s) Im(L) + Im(s) Re(L)`` (a lazy :class:`~structmat.Sum` when both are nonzero)."""
+        return self._parts(imag=True)
 
     def matvec_flops(self, K: int) -> float:
         n = self.shape[-2] + self.shape[-1]
@@ -138,4 +164,9 @@ class DFT(StructuredMatrix):
         if torch.is_tensor(s) and s.requires_grad and torch.is_grad_enabled():  # (the kept scale is a number)
             return Product(self, Diagonal(s.expand(self.n)))  # the scale's gradient, through a diagonal factor
         s = s.item() if torch.is_tensor(s) else s
-        return self._with(scale=self.scale * s)
+        scale = self.scale * s
+        limit = torch.finfo(self._precision).max
+        if not abs(scale) <= limit:  # (inf in Python when beyond float64)
+            raise ValueError(f"scale {self.scale!r} times the factor {s!r} is beyond the range of "
+                             f"{str(self._precision).replace('torch.', '')} (|scale| <= {limit:.4g})")
+        return self._with(scale=scale)

@@ -13,7 +13,7 @@ from structmat.linalg.spectral import circular_apply
 from structmat.linalg.toeplitz_dense import circulant_dense
 from structmat.matrices.toeplitz import Toeplitz
 
-__all__ = ["Fourier"]
+__all__ = ["Fourier", "fft_ulps"]
 
 
 def _reverse_spectrum(lam: torch.Tensor) -> torch.Tensor:
@@ -41,6 +41,22 @@ def _sequence(x, name: str, dtype, device) -> tuple[torch.Tensor, torch.dtype | 
 REAL_SPECTRUM_TOL = 1000
 
 
+def fft_ulps(T: int) -> float:
+    """Rounding of an FFT-computed spectrum of length ``T``, in units of ``eps * max|eigvals|``: ``10 log2 T``."""
+    return 10.0 * max(1.0, math.log2(max(T, 1)))
+
+
+def _symmetrise(lam: torch.Tensor) -> torch.Tensor:
+    """``(lam + conj(lam[-k])) / 2``: the nearest conjugate-symmetric spectrum, differentiably (autograd projects the
+    gradient on symmetric spectra, whatever path uses it). Exactly symmetric (the two terms commute); where the sum
+    overflows, the halves are added instead (halving first would drop subnormal bits everywhere else)."""
+    mirror = _reverse_spectrum(lam).conj()
+    mean = (lam + mirror) / 2
+    if mean.numel() == 0:
+        return mean
+    return torch.where(torch.isfinite(mean), mean, lam / 2 + mirror / 2)
+
+
 def _symmetric(lam: torch.Tensor, ulps: float) -> bool:
     """Whether ``lam[k] == conj(lam[-k])`` to ``ulps`` units of ``eps * max|lam|`` (one host read)."""
     scale = lam.abs().amax() if lam.numel() else torch.zeros((), device=lam.device)
@@ -57,7 +73,10 @@ class Fourier(StructuredMatrix):
         Eigenvalues ``fft(c)`` of the first column ``c``. Use :meth:`from_kernel` to start from
         ``c``; a real kernel keeps real results (``rfft``/``irfft``).
     real : bool, optional
-        Whether the kernel is real (default: read off the conjugate symmetry of ``eigvals``).
+        Whether the kernel is real (default: read off the conjugate symmetry of ``eigvals``, to
+        ``10 log2(T)`` units of ``eps * max|eigvals|``, the rounding of an FFT). A real matrix keeps
+        the symmetrised spectrum ``(eigvals[k] + conj(eigvals[-k])) / 2`` (so the gradient with
+        respect to ``eigvals`` is the same, conjugate-symmetric one for every operation).
     dtype : torch.dtype, optional
         The matrix's precision (default: that of ``eigvals``); the matrix is real or complex as its
         kernel is (``float16`` gives ``complex32`` for a complex kernel, ``bfloat16`` gives
@@ -69,11 +88,11 @@ class Fourier(StructuredMatrix):
     -----
     Matvec ``O(T log T)``; ``+``, ``@``, ``inv()``, ``.T`` and ``hadamard`` stay ``Fourier`` in
     ``O(T log T)``. ``inv()`` raises :class:`~structmat.SingularMatrixError` when an eigenvalue is
-    below ``tol * max|eigvals|`` (``tol = T eps``). Half precisions (``float16``, ``bfloat16``,
-    ``complex32``) keep the spectrum in ``complex64`` and transform in float32 (torch's CPU FFTs have no
-    half-precision kernels; the design accumulates half precisions in float32); entries and products
-    come back in the matrix's dtype. ``to(dtype)`` casts the entries as torch casts a tensor (a complex
-    kernel cast to a real dtype keeps its real part).
+    below ``tol * max|eigvals|`` (``tol = 10 eps max(1, log2 T)``, the accuracy of FFT eigenvalues).
+    Half precisions (``float16``, ``bfloat16``, ``complex32``) keep the spectrum in ``complex64`` and
+    transform in float32 (torch's CPU FFTs have no half-precision kernels; the design accumulates half
+    precisions in float32); entries and products come back in the matrix's dtype. ``to(dtype)`` casts
+    the entries as torch casts a tensor (a complex kernel cast to a real dtype keeps its real part).
 
     Examples
     --------
@@ -96,13 +115,15 @@ class Fourier(StructuredMatrix):
         lam, dtype, precision = _sequence(eigvals, "eigvals", dtype, device)
         lam = lam.to(_spectrum_dtype(precision))
         if real is None:  # conjugate-symmetric spectrum <=> real kernel (a complex dtype asks for a complex matrix)
-            real = not precision.is_complex or dtype is None
-            real = real and bool(torch.allclose(lam, _reverse_spectrum(lam).conj(), atol=0, rtol=10 * torch.finfo(lam.real.dtype).eps))
+            # to an FFT's rounding relative to max|eigvals| (an elementwise test refused fft of real kernels)
+            real = (not precision.is_complex or dtype is None) and _symmetric(lam, fft_ulps(lam.shape[-1]))
         elif real and finite_checks_enabled() and not _symmetric(lam, REAL_SPECTRUM_TOL):
             # (inv() and products use the spectrum as given, entries and solves its real kernel: they would disagree)
             raise ValueError("real=True needs a conjugate-symmetric spectrum, eigvals[k] == conj(eigvals[-k]); got "
                              "eigvals that are not (leave real unset, or pass fft of a real kernel)")
-        self.eigvals = lam
+        # a real matrix keeps the symmetrised spectrum: M @ x (half spectrum), M.T (reversed) and to_dense() read
+        # different halves, and only then do they all give the same, conjugate-symmetric gradient
+        self.eigvals = _symmetrise(lam) if real else lam
         self.real = bool(real)
         precision = real_dtype(precision)
         T = lam.shape[-1]
