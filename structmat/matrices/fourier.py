@@ -145,6 +145,12 @@ class Fourier(StructuredMatrix):
         c, dtype, precision = _sequence(c, "c", dtype, device)
         work = compute_dtype(real_dtype(precision))
         work = c.to(complex_dtype(work) if c.is_complex() else work)
+        if not (c.is_complex() or precision.is_complex) and c.numel():
+            # a real kernel: its half spectrum mirrored, conjugate-symmetric by construction (no check, nothing to
+            # symmetrise: at T = 1e6 those passes cost as much as the solve)
+            half, T = torch.fft.rfft(work), c.shape[-1]
+            lam = torch.cat([half, half[..., 1:T - half.shape[-1] + 1].flip(-1).conj()], dim=-1)
+            return cls._of(lam, True, real_dtype(precision))
         lam = torch.fft.fft(work) if c.numel() else work.to(_spectrum_dtype(precision))
         return cls(lam, real=not (c.is_complex() or precision.is_complex), dtype=precision)
 

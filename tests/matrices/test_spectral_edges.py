@@ -182,3 +182,18 @@ def test_dft_real_of_real_part_is_itself():
     S = sm.DFT(4).imag
     assert S.real is S
     assert S.imag.dtype == S.dtype and not S.imag.to_dense().any()
+
+
+@pytest.mark.parametrize("T", [1, 2, 5, 8])
+def test_from_kernel_of_a_real_kernel_is_exactly_conjugate_symmetric(T):
+    """``from_kernel`` mirrors the half spectrum of a real kernel (no check or symmetrisation passes: at T = 1e6
+    those cost as much as the solve): exactly symmetric, the kernel's circulant, differentiable in the kernel."""
+    c = torch.randn(T, dtype=torch.float64, generator=torch.Generator().manual_seed(T)).requires_grad_()
+    M = sm.Fourier.from_kernel(c)
+    lam = M.eigvals.detach()
+    assert M.real and M.dtype == torch.float64
+    assert torch.equal(lam[1:], lam[1:].flip(-1).conj())
+    torch.testing.assert_close(lam, torch.fft.fft(c.detach()))
+    idx = (torch.arange(T)[:, None] - torch.arange(T)[None, :]) % T
+    torch.testing.assert_close(M.to_dense(), c.detach()[idx])
+    assert torch.autograd.gradcheck(lambda c: sm.Fourier.from_kernel(c) @ torch.ones(T, 2, dtype=torch.float64), (c,))
