@@ -134,13 +134,12 @@ def sma_step(state, q_t, k_t, v_t, A, B_t, C_t, D_t=None, *, scale: float = 1.0)
     D_t : Tensor ``(B|1, H|1)`` or number, optional
         The step's diagonal entry (default ``C_t . B_t``).
 
-    ``A``, ``B_t``, ``C_t`` and ``D_t`` must be finite, as a mask's parameters (a host read per step on a GPU:
-    :func:`~structmat.skip_finite_checks` skips it). Everything is computed in the dtype the step's tensors promote
-    to (at least float32); ``y_t`` comes back as :func:`~structmat.sma` would give it for the same mask.
-
     Notes
     -----
     ``y_t = q_t . (C_t^T A S) + D_t (q_t . k_t) v_t`` and ``S <- A S + B_t k_t v_t^T``; ``O(H n N P)``.
+    ``A``, ``B_t``, ``C_t`` and ``D_t`` must be finite, as a mask's parameters (a host read per step on a GPU:
+    :func:`~structmat.skip_finite_checks` skips it). Everything is computed in the dtype the step's tensors promote
+    to (at least float32); ``y_t`` comes back as :func:`~structmat.sma` would give it for the same mask.
 
     Examples
     --------
