@@ -7,8 +7,8 @@ import torch
 from structmat.core.base import StructuredMatrix
 from structmat.core.dtypes import complex_dtype, real_dtype
 from structmat.core.validation import SingularMatrixError, check_overflow
+from structmat.linalg.causal_toeplitz import causal_inverse_series, lower_toeplitz_dense
 from structmat.linalg.spectral import linear_convolution
-from structmat.linalg.toeplitz_solvers import causal_inverse_series, lower_toeplitz_dense
 from structmat.matrices.dft import DFT
 from structmat.matrices.fourier import Fourier, fft_ulps
 from structmat.matrices.toeplitz import Toeplitz, ToeplitzInverse
