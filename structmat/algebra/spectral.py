@@ -78,13 +78,13 @@ def fourier_hadamard(a: Fourier, b: Fourier) -> Fourier:
 
 
 def fourier_inverse(a: Fourier) -> Fourier:
-    """Reciprocal eigenvalues; singular when one is below ``10 eps max(1, log2 T)`` times the largest (FFT-computed
-    eigenvalues are accurate to about ``eps log2 T`` of the largest; ``T eps`` refused well-conditioned float32
-    circulants at long ``T``)."""
+    """Reciprocal eigenvalues; singular when one is below ``min(T, 10 max(1, log2 T)) eps`` times the largest
+    (FFT-computed eigenvalues are accurate to about ``eps log2 T`` of the largest; ``T eps`` refused well-conditioned
+    float32 circulants at long ``T``)."""
     mag = a.eigvals.abs()
     if mag.numel() == 0:
         return _fourier(a.eigvals.clone(), a.real, a)
-    tol = fft_ulps(a.shape[-1]) * torch.finfo(mag.dtype).eps * mag.amax(-1, keepdim=True)
+    tol = min(a.shape[-1], fft_ulps(a.shape[-1])) * torch.finfo(mag.dtype).eps * mag.amax(-1, keepdim=True)
     if bool((mag <= tol).any()):
         raise SingularMatrixError("Fourier mask has a (numerically) zero eigenvalue")
     return _fourier(check_overflow(1.0 / a.eigvals, "Fourier.inv() eigenvalues"), a.real, a)

@@ -19,7 +19,7 @@ import torch
 from structmat.attention.heads import check_activations, check_kv, check_mask, check_qkv, expand_heads, mask_as_bh, result_dtype
 from structmat.core.base import StructuredMatrix
 from structmat.core.transitions import Transitions
-from structmat.core.validation import check_count, check_finite, check_scalar, check_tensor, skip_finite_checks
+from structmat.core.validation import as_tensor, check_count, check_finite, check_scalar, check_tensor, skip_finite_checks
 from structmat.linalg.scan import linear_scan
 from structmat.matrices.bidiagonal import Bidiagonal
 from structmat.matrices.diagonal import Diagonal
@@ -53,14 +53,19 @@ def _one_step(A, B_t: torch.Tensor, batch: tuple[int, int]) -> Transitions:
     if isinstance(A, Transitions):
         values, tail = A.values, A._tail  # (the time axis and the state's)
         shape = values.shape[:values.dim() - tail]
+        if len(shape) < 2:  # a batch that broadcasts: (H, 1) or (1,) as (1, H, 1), (1, 1, 1)
+            pad = (1,) * (2 - len(shape))
+            A = Transitions(values.reshape(*pad, *values.shape), A.kind,
+                            None if A.decays is None else A.decays.reshape(*pad, *A.decays.shape))
+            values, shape = A.values, (*pad, *shape)
         if len(shape) != 2 or values.shape[len(shape)] != 1 or (tail > 1 and values.shape[-1] != n):
             raise ValueError(f"A as Transitions must be of one step, batch (B|1, H|1) and size n={n}: values "
                              f"(B|1, H|1, 1{', n' * (tail - 1)}); got {tuple(values.shape)} ({A.kind})")
         step = A
     else:
-        if isinstance(A, bool) or not isinstance(A, (torch.Tensor, numbers.Number)):
+        if isinstance(A, (bool, str)) or A is None:
             raise TypeError(f"A must be a number, a tensor {_A_SHAPES} or a one-step Transitions; got {type(A).__name__}")
-        A = torch.as_tensor(A, device=B_t.device)
+        A = as_tensor(float(A) if isinstance(A, numbers.Integral) else A, "A", device=B_t.device)
         A = A.reshape(1, 1) if A.dim() == 0 else A
         extra = A.dim() - 3
         if extra not in (-1, 0, 1) or (extra >= 0 and A.shape[2:] != (n,) * (extra + 1)):

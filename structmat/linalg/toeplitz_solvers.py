@@ -161,9 +161,11 @@ LEVINSON_TOL = float(np.finfo(np.float64).eps) ** (2 / 3)
 #: did: ``1e15`` for the periodic second difference at T = 1000; ``2e7`` to ``1e13`` for circulants with a zero
 #: eigenvalue). A singular ``M`` leaves the part of ``z`` along its left null vector ``u`` in any residual:
 #: ``|M z' - z|_inf >= |u^T z| / sqrt(T)``, about ``|z|_inf / (4 sqrt(T))`` for the random probe (measured:
-#: ``1e-2 |z|`` and more at T = 200 to 2000). Above the bound, the pivoted LU decides (its ``rcond`` check raises where
-#: singular); below it stay invertible matrices up to condition numbers of about ``1e12`` (measured: residuals
-#: ``2e-4 |z|`` at 4e11, ``3e-7 |z|`` at 4e9, T = 1000), which keep Levinson's faster and more accurate inverse.
+#: ``1e-2 |z|`` and more at T = 200 to 2000). Above the bound the pivoted LU decides: its ``rcond`` check raises where
+#: the matrix is singular, and of an invertible one's two inverses the one with the smaller residual is kept (at
+#: condition numbers of 1e13 to 1e15 Levinson's, whose residual ``6e-4 |z|`` at T = 600 passes the bound by little,
+#: against the LU generators' 1e6). Below it: invertible matrices up to condition numbers of about ``1e12``
+#: (measured: residuals ``2e-4 |z|`` at 4e11, ``3e-7 |z|`` at 4e9, T = 1000), Levinson's alone.
 LEVINSON_RESIDUAL_TOL = 1e-2
 
 
@@ -207,12 +209,18 @@ def _levinson(cw: torch.Tensor, rw: torch.Tensor) -> torch.Tensor:
     cn, rn = host(cw), host(rw)
     G = torch.from_numpy(np.stack([_gohberg_semencul(ci, ri) for ci, ri in zip(cn, rn)], axis=1))
     error, cond, residual = _probe(cw, rw, InverseGenerators(*G))
-    broke = ~(error <= LEVINSON_TOL) | ~(residual <= LEVINSON_RESIDUAL_TOL / cw.shape[-1] ** 0.5)  # NaN too
+    broke = ~(error <= LEVINSON_TOL)  # NaN too
     if bool((~broke & ~(cond * np.finfo(np.float64).eps < 1)).any()):
         raise SingularMatrixError(f"Toeplitz matrix is singular to working precision (condition number estimate "
                                   f"{cond[~broke].max().item():.1e} from Levinson's inverse)")
     for i in torch.nonzero(broke).flatten().tolist():
         G[:, i] = torch.from_numpy(_heinig_lu(cn[i], rn[i]))
+    # singular or ill-conditioned: the LU's rcond raises for the first; of an invertible matrix's two inverses the one
+    # with the smaller residual is kept (Levinson's, by factors of 1e9 at condition numbers of 1e13 to 1e15)
+    for i in torch.nonzero(~broke & ~(residual <= LEVINSON_RESIDUAL_TOL / cw.shape[-1] ** 0.5)).flatten().tolist():
+        lu = torch.from_numpy(_heinig_lu(cn[i], rn[i]))
+        if _probe(cw[i:i + 1], rw[i:i + 1], InverseGenerators(*lu[:, None]))[2].item() < residual[i].item():
+            G[:, i] = lu
     return G
 
 

@@ -131,3 +131,16 @@ def test_the_planners_device_is_checked_and_numpy_sizes_taken():
             sm.sma_plan((1, 16, 2, 4), (1, 16, 2, 4), (1, 16, 2, 4), mask, device=device)
     sizes = tuple(np.int64(s) for s in (1, 16, 2, 4))
     assert sm.sma_plan(sizes, sizes, sizes, mask).order == sm.sma_plan((1, 16, 2, 4), (1, 16, 2, 4), (1, 16, 2, 4), mask).order
+
+
+def test_the_steps_transition_takes_what_broadcasts():
+    """A numpy ``(B, H)`` array, an int, and a one-step ``Transitions`` of batch ``(H,)`` (broadcast to ``(1, H)``)
+    worked before the checks of D118 and must still (as the same tensor ``(B, H)``)."""
+    q, k, v = _token(30)
+    Bt = randn(1, 1, n, seed=31)
+    _, S = sm.sma_step(None, q, k, v, None, Bt, Bt)
+    log_a = rand(H, seed=32).log()
+    want = sm.sma_step(S, q, k, v, log_a.exp().expand(B, H), Bt, Bt)[0]
+    close(sm.sma_step(S, q, k, v, Transitions.from_log(log_a[..., None]), Bt, Bt)[0], want)
+    close(sm.sma_step(S, q, k, v, log_a.exp().expand(B, H).numpy(), Bt, Bt)[0], want)
+    close(sm.sma_step(S, q, k, v, 1, Bt, Bt)[0], sm.sma_step(S, q, k, v, 1.0, Bt, Bt)[0])
