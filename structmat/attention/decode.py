@@ -12,6 +12,7 @@ For a lower SSS mask ``L`` the attention state ``S_t = sum_{s <= t} (A_t...A_{s+
 
 from __future__ import annotations
 
+import cmath
 import numbers
 
 import torch
@@ -19,7 +20,15 @@ import torch
 from structmat.attention.heads import check_activations, check_kv, check_mask, check_qkv, expand_heads, mask_as_bh, result_dtype
 from structmat.core.base import StructuredMatrix
 from structmat.core.transitions import Transitions
-from structmat.core.validation import as_tensor, check_count, check_finite, check_scalar, check_tensor, skip_finite_checks
+from structmat.core.validation import (
+    as_tensor,
+    check_count,
+    check_finite,
+    check_scalar,
+    check_tensor,
+    finite_checks_enabled,
+    skip_finite_checks,
+)
 from structmat.linalg.scan import linear_scan
 from structmat.matrices.bidiagonal import Bidiagonal
 from structmat.matrices.diagonal import Diagonal
@@ -75,8 +84,19 @@ def _one_step(A, B_t: torch.Tensor, batch: tuple[int, int]) -> Transitions:
         step, shape = Transitions.from_shape(A.unsqueeze(2), B_t[..., None, :]), A.shape[:2]
     if any(s not in (1, f) for s, f in zip(shape, batch)):
         raise ValueError(f"A's batch must broadcast to (B, H) = {batch}; got {tuple(shape)}")
-    check_finite(step.values, "A", allow_neg_inf=step.kind == "log")
     return step
+
+
+def _check_finite_parts(parts: dict) -> None:
+    """The step's mask parts ``{name: tensor}`` finite (log decays may be ``-inf``) where finite checks are on: one
+    reduction each and one host read for all of them (a finite sum means finite entries: log decays clamped from
+    below first), the named check where the sum is not."""
+    if not finite_checks_enabled():
+        return
+    total = sum(t.clamp(min=torch.finfo(t.dtype).min).sum() if name == "log A" else t.sum() for name, t in parts.items())
+    if not cmath.isfinite(total.item()):
+        for name, t in parts.items():
+            check_finite(t, name.replace("log ", ""), allow_neg_inf=name == "log A")
 
 
 def _check_3d(**tensors: tuple) -> None:
@@ -103,13 +123,10 @@ def _check_step(state, q_t, k_t, v_t, A, B_t, C_t, D_t, scale) -> tuple[Transiti
     for name, t in (("B_t", B_t), ("C_t", C_t)):
         if t.shape[0] not in (1, Bsz) or t.shape[1] not in (1, H) or t.shape[2] != n:
             raise ValueError(f"{name} must have shape (B|1, H|1, n) = ({Bsz}|1, {H}|1, {n}); got {tuple(t.shape)}")
-        check_finite(t, name)
     if D_t is not None and not isinstance(D_t, numbers.Number):
         check_tensor(D_t, "D_t", "a number or a tensor (B|1, H|1)")
         if D_t.dim() > 2 or any(s not in (1, f) for s, f in zip(D_t.shape[::-1], (H, Bsz))):
             raise ValueError(f"D_t must broadcast to (B, H) = ({Bsz}, {H}); got {tuple(D_t.shape)}")
-    if D_t is not None:
-        check_finite(torch.as_tensor(D_t), "D_t")
     if state is not None:
         check_tensor(state, "state", "a tensor (B, H, n, N, P)")
         if tuple(state.shape) != (Bsz, H, n, N, P):
@@ -118,6 +135,12 @@ def _check_step(state, q_t, k_t, v_t, A, B_t, C_t, D_t, scale) -> tuple[Transiti
         if A is None:
             raise ValueError("A is required when state is given (the transition from the state to this step)")
     step = None if A is None else _one_step(A, B_t, (Bsz, H))
+    parts = {"B_t": B_t, "C_t": C_t}
+    if D_t is not None:
+        parts["D_t"] = torch.as_tensor(D_t, device=B_t.device)
+    if step is not None:
+        parts["log A" if step.kind == "log" else "A"] = step.values
+    _check_finite_parts(parts)
     return step, check_scalar(scale, "scale", real=True)
 
 
