@@ -205,10 +205,9 @@ def dense_form(M, X: torch.Tensor) -> torch.Tensor | None:
     if not _applies(M, X) or (kept := _record(M, compiling=False)) is None:  # (_applies asked is_compiling)
         return None
     values = kept.values
-    if ("dense", X.dtype) not in values:
-        if ("dense", M.dtype) not in values:
-            values[("dense", M.dtype)] = _built(lambda: M.to_dense().expand(M.shape).contiguous())
-        values[("dense", X.dtype)] = _built(lambda: values[("dense", M.dtype)].to(X.dtype))
+    if ("dense", X.dtype) not in values:  # (entries computed in X's dtype, the promoted one, as the other paths do)
+        source = M if X.dtype == M.dtype else M._cast(X.dtype)
+        values[("dense", X.dtype)] = _built(lambda: source.to_dense().expand(M.shape).contiguous())
     return values[("dense", X.dtype)]
 
 

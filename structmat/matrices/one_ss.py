@@ -9,6 +9,7 @@ from structmat.core.dtypes import real_dtype
 from structmat.core.transitions import Transitions, carries_gradient
 from structmat.core.validation import (
     as_tensor,
+    broadcast_batch,
     check_count,
     check_device,
     check_dtype,
@@ -80,6 +81,7 @@ class OneSS(SSS):
         self.c = None if c is None else self._scaling(c, "c", log_a, dtype, device)
         if dtype is not None and dtype.is_complex and self.b is None and self.c is None:
             self.c = torch.ones(log_a.shape, dtype=dtype, device=log_a.device)
+        _check_batches(log_a, self.b, self.c, "log_a")
         ones = torch.ones((), dtype=log_a.dtype, device=log_a.device).expand(*log_a.shape, 1)  # no T-long buffer
         B = ones if self.b is None else self.b[..., None]
         C = ones if self.c is None else self.c[..., None]
@@ -171,7 +173,8 @@ class OneSS(SSS):
     @classmethod
     def from_decays(cls, a, *, b=None, c=None, dtype: torch.dtype | None = None, device=None) -> OneSS:
         """From decays ``a >= 0`` of shape ``(*, T)``; ``a_t = 0`` gives exact zeros."""
-        a = as_tensor(a, "a", dtype=dtype, device=device)
+        dtype = check_dtype(dtype)  # (a complex dtype is the maps': the decays take its precision)
+        a = as_tensor(a, "a", dtype=None if dtype is None else real_dtype(dtype), device=device)
         hint = "must be real and >= 0 (use SSS for signed or complex transitions)"
         if a.is_complex():
             raise TypeError(f"a {hint}")
@@ -180,24 +183,28 @@ class OneSS(SSS):
         # the scalings are checked against a (the matrix keeps log a, a name the caller never wrote)
         b, c = (None if x is None else as_tensor(x, name, dtype=dtype, device=device, like=("a", a))
                 for x, name in ((b, "b"), (c, "c")))
-        return cls(safe_log(a), b=b, c=c)._with_decays(a)
+        _check_batches(a, b, c, "a")
+        return cls(safe_log(a), b=b, c=c, dtype=dtype)._with_decays(a)
 
     @classmethod
     def causal(cls, T: int, *, dtype: torch.dtype | None = None, device=None) -> OneSS:
         """All-ones lower triangle (linear attention; ``M @ x`` is ``cumsum``)."""
-        return cls(torch.zeros(check_count(T, "T"), dtype=check_dtype(dtype), device=check_device(device)))
+        dtype = check_dtype(dtype)  # (a complex dtype is the maps': the decays take its precision)
+        zeros = torch.zeros(check_count(T, "T"), dtype=None if dtype is None else real_dtype(dtype),
+                            device=check_device(device))
+        return cls(zeros, dtype=dtype)
 
     @classmethod
     def decay(cls, gamma, T: int, *, dtype: torch.dtype | None = None, device=None) -> OneSS:
         """RetNet decay ``gamma**(j - i)``; ``gamma`` a scalar or a tensor of shape ``(*,)`` in ``[0, 1]``."""
-        T = check_count(T, "T")
-        g = as_tensor(gamma, "gamma", dtype=dtype, device=device)
+        T, dtype = check_count(T, "T"), check_dtype(dtype)  # (a complex dtype is the maps': gamma takes its precision)
+        g = as_tensor(gamma, "gamma", dtype=None if dtype is None else real_dtype(dtype), device=device)
         if g.is_complex():
             raise TypeError("gamma must be real (decays in [0, 1]); got a complex value")
         check_finite(g, "gamma")
         check_nonnegative(g, "gamma")
         with trusted_parameters():  # gamma checked above: not its T-fold expansion again
-            out = cls(safe_log(g)[..., None].expand(*g.shape, T))
+            out = cls(safe_log(g)[..., None].expand(*g.shape, T), dtype=dtype)
         return out._with_decays(g[..., None]) if carries_gradient(g) else out
 
     def solve(self, Y) -> torch.Tensor:
@@ -205,7 +212,10 @@ class OneSS(SSS):
         one dense triangular solve, :mod:`structmat.core.small`)."""
         self._check_square("solve()")
         X = self._small_solve(Y, "lower" if self.lower else "upper", "OneSS is singular: a diagonal entry c_t b_t is zero")
-        return self._inverse()._product(Y, "Y") if X is None else X
+        if X is not None:
+            return X
+        dtype = torch.promote_types(self.dtype, Y.dtype) if isinstance(Y, torch.Tensor) else self.dtype
+        return self._cast(dtype)._inverse()._product(Y, "Y")  # (the inverse in the promoted dtype, as products)
 
     # --- products -----------------------------------------------------------------------------------
     def to_dense(self) -> torch.Tensor:
@@ -227,3 +237,10 @@ class OneSS(SSS):
         u = X if first is None else first[..., None] * X
         h = first_order_scan(self.log_a, u, self.decays, transpose=not self.lower)  # compiled code on the CPU
         return h if last is None else last[..., None] * h
+
+
+def _check_batches(decays: torch.Tensor, b: torch.Tensor | None, c: torch.Tensor | None, name: str) -> None:
+    """The batch shapes of the decays (or their logs, ``name``) and the maps broadcast, else an error naming them."""
+    named = [(name, decays.shape[:-1])] + [(n, x.shape[:-1]) for n, x in (("b", b), ("c", c)) if x is not None]
+    if len(named) > 1:
+        broadcast_batch(*named)

@@ -11,8 +11,8 @@ import torch
 
 from structmat.core import small
 from structmat.core.base import StructuredMatrix
-from structmat.core.dtypes import compute_dtype
-from structmat.core.validation import as_tensor, broadcast_batch, check_finite, check_same_device, check_solution
+from structmat.core.dtypes import compute_dtype, real_dtype
+from structmat.core.validation import as_tensor, broadcast_batch, check_dtype, check_finite, check_same_device, check_solution
 from structmat.linalg import chunk_form, quasiseparable_banded
 from structmat.linalg.quasiseparable_lu import quasiseparable_lu
 from structmat.linalg.quasiseparable_solve import quasiseparable_solve
@@ -155,14 +155,15 @@ class Quasiseparable(StructuredMatrix):
                 [0.2500, 0.5000, 1.0000, 0.0000],
                 [0.0000, 0.0000, 0.0000, 1.0000]])
         """
-        a = as_tensor(a, "a", dtype=dtype, device=device)
+        dtype = check_dtype(dtype)  # (a complex dtype is the maps': the decays take its precision)
+        a = as_tensor(a, "a", dtype=None if dtype is None else real_dtype(dtype), device=device)
         if a.dim() < 1:
             raise ValueError("a must have shape (*, T); got a scalar")
         for name, x in (("b", b), ("c", c)):
             shape = None if x is None else tuple(as_tensor(x, name).shape)
             if shape is not None and (len(shape) != a.dim() or shape[-1:] != a.shape[-1:]):
                 raise ValueError(f"{name} must have shape (*, T) like a {tuple(a.shape)}; got {shape}")
-        return cls._lion(OneSS.from_decays(a, b=b, c=c))
+        return cls._lion(OneSS.from_decays(a, b=b, c=c, dtype=dtype, device=device))
 
     @classmethod
     def lion_decay(cls, gamma, T: int, *, dtype: torch.dtype | None = None, device=None) -> Quasiseparable:

@@ -68,7 +68,7 @@ def test_operand_errors_name_the_argument_and_shape():
         two.hadamard(three)
     with pytest.raises(ValueError, match=r"batch shapes do not broadcast: matrix \(2,\), Y \(3,\)"):
         two.solve(torch.ones(3, 4, 1))
-    with pytest.raises(ValueError, match=r"batch shapes do not broadcast: A \(2,\), B \(3,\)"):
+    with pytest.raises(ValueError, match=r"batch shapes do not broadcast: a \(2,\), b \(3,\)"):  # (the names a user wrote)
         sm.OneSS.from_decays(torch.rand(2, 4), b=torch.rand(3, 4))
     with pytest.raises(TypeError, match="array-like"):
         M @ "abc"

@@ -171,11 +171,11 @@ def test_one_column_solves_by_blas_match_scipy(name, dtype):
     Yb = randn(3, 20, 1, seed=3, dtype=dtype)  # batched: the torch path
     close(M.solve(Yb), np.stack([scipy.linalg.solve_triangular(dense, Yb[i].double().numpy(), lower=lower)
                                  for i in range(3)]), rtol=tol)
-    if dtype == torch.float32:  # float64 data promotes the float32 matrix
+    if dtype == torch.float32:  # float64 data promotes the float32 matrix: its entries computed in float64
         y = randn(20, seed=4)
         X = M.solve(y)
         assert X.dtype == F64
-        close(X, scipy.linalg.solve_triangular(dense, y.numpy(), lower=lower), rtol=1e-12)
+        close(X, scipy.linalg.solve_triangular(M.to(F64).to_dense().numpy(), y.numpy(), lower=lower), rtol=1e-12)
     y = torch.ones(20, dtype=dtype)
     Y0 = y.clone()
     M.solve(y)
@@ -224,4 +224,4 @@ def test_values_kept_in_inference_mode_serve_later_gradients():
         S @ randn(8, 2, seed=9)
     Z = randn(8, 2, seed=10).requires_grad_()
     (S @ Z).sum().backward()
-    close(Z.grad, S.to_dense().to(F64).sum(0)[:, None].expand(8, 2))
+    close(Z.grad, S.to(F64).to_dense().sum(0)[:, None].expand(8, 2))  # (entries in the promoted dtype)
