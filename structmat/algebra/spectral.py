@@ -7,8 +7,9 @@ import torch
 from structmat.core.base import StructuredMatrix
 from structmat.core.dtypes import complex_dtype, real_dtype
 from structmat.core.validation import SingularMatrixError, check_overflow
-from structmat.linalg.causal_toeplitz import causal_inverse_series, lower_toeplitz_dense
+from structmat.linalg.causal_toeplitz import causal_inverse_series
 from structmat.linalg.spectral import linear_convolution
+from structmat.linalg.toeplitz_dense import lower_toeplitz_dense
 from structmat.matrices.dft import DFT
 from structmat.matrices.fourier import Fourier, fft_ulps
 from structmat.matrices.toeplitz import Toeplitz, ToeplitzInverse

@@ -1,6 +1,6 @@
 """The causal (lower-triangular) Toeplitz inverse: its first column, the inverse series ``d = 1 / c`` of the
-power series ``c(z)``, by Newton doubling with FFT products, checked, or by (blocked) forward substitution; and the
-dense lower-triangular Toeplitz form ``L(c)``."""
+power series ``c(z)``, by Newton doubling with FFT products, checked, or term after term by divide and conquer;
+and solves with ``L(c)``."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import torch
 from structmat.core.dtypes import compute_dtype
 from structmat.core.validation import SingularMatrixError
 from structmat.linalg.spectral import fft_length
+from structmat.linalg.toeplitz_dense import lower_toeplitz_dense
 
-__all__ = ["causal_inverse_series", "causal_solve_dense", "lower_toeplitz_dense", "DIRECT_INVERSE_MAX",
+__all__ = ["causal_inverse_series", "causal_solve_dense", "DIRECT_INVERSE_MAX",
            "NEWTON_TRUSTED_COND", "NEWTON_TOL", "FORWARD_BLOCK"]
 
 #: Up to this length the causal inverse series comes from one dense triangular solve; above it,
@@ -140,24 +141,6 @@ def _series_divide(work: torch.Tensor) -> torch.Tensor:
 
     solve(0, T)
     return d
-
-
-def lower_toeplitz_dense(c: torch.Tensor) -> torch.Tensor:
-    """The dense lower-triangular Toeplitz matrix ``L(c)`` (``(*, T, T)``) from ``c (*, T)``: windows of
-    ``(0, ..., 0, c)`` read backwards (one gather-free view and a flip), ``O(T^2)``.
-
-    Examples
-    --------
-    >>> lower_toeplitz_dense(torch.tensor([1.0, 2.0, 3.0]))
-    tensor([[1., 0., 0.],
-            [2., 1., 0.],
-            [3., 2., 1.]])
-    """
-    T = c.shape[-1]
-    if T == 0:
-        return c.new_zeros(*c.shape, 0)
-    padded = torch.cat([c.new_zeros(*c.shape[:-1], T - 1), c], dim=-1)
-    return padded.unfold(-1, T, 1).flip(-1)
 
 
 def causal_solve_dense(c: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:

@@ -13,7 +13,7 @@ import torch
 
 from structmat.core.validation import broadcast_shapes
 
-__all__ = ["toeplitz_dense", "circulant_dense"]
+__all__ = ["toeplitz_dense", "lower_toeplitz_dense", "circulant_dense"]
 
 
 def toeplitz_dense(c: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
@@ -39,6 +39,24 @@ def toeplitz_dense(c: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
     if c.dtype == torch.complex32:  # (no complex32 flip: the same entries, copied in complex64)
         return toeplitz_dense(c.to(torch.complex64), r.to(torch.complex64)).to(torch.complex32)
     return torch.cat([r[..., 1:].flip(-1), c], dim=-1).unfold(-1, S, 1).flip(-1)
+
+
+def lower_toeplitz_dense(c: torch.Tensor) -> torch.Tensor:
+    """The dense lower-triangular Toeplitz matrix ``L(c)`` (``(*, T, T)``) from ``c (*, T)``: windows of
+    ``(0, ..., 0, c)`` read backwards (one gather-free view and a flip), ``O(T^2)``.
+
+    Examples
+    --------
+    >>> lower_toeplitz_dense(torch.tensor([1.0, 2.0, 3.0]))
+    tensor([[1., 0., 0.],
+            [2., 1., 0.],
+            [3., 2., 1.]])
+    """
+    T = c.shape[-1]
+    if T == 0:
+        return c.new_zeros(*c.shape, 0)
+    padded = torch.cat([c.new_zeros(*c.shape[:-1], T - 1), c], dim=-1)
+    return padded.unfold(-1, T, 1).flip(-1)
 
 
 def circulant_dense(k: torch.Tensor) -> torch.Tensor:

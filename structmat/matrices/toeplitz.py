@@ -27,9 +27,9 @@ from structmat.core.validation import (
     finite_checks_enabled,
     trusted_parameters,
 )
-from structmat.linalg.causal_toeplitz import DIRECT_INVERSE_MAX, lower_toeplitz_dense
+from structmat.linalg.causal_toeplitz import DIRECT_INVERSE_MAX
 from structmat.linalg.spectral import circulant_spectrum, fft_length, toeplitz_matmat
-from structmat.linalg.toeplitz_dense import toeplitz_dense
+from structmat.linalg.toeplitz_dense import lower_toeplitz_dense, toeplitz_dense
 from structmat.linalg.toeplitz_solvers import InverseGenerators, toeplitz_inverse_generators, toeplitz_solve
 
 __all__ = ["Toeplitz", "ToeplitzInverse"]
