@@ -1,5 +1,5 @@
 """Sums and products of quasiseparable matrices with 1-SS sides (:mod:`structmat.algebra.quasiseparable_decay`): the
-sum and each of the product's three paths (numpy with LAPACK scans, torch segment products, torch scans) against
+sum and each of the product's four paths (compiled, numpy with LAPACK scans, torch segment products, torch scans) against
 dense float64 / complex128 arithmetic over random shapes, batches, dtypes and exact zero decays; the paths against
 each other; gradients."""
 
@@ -11,13 +11,17 @@ from hypothesis import strategies as st
 
 import structmat as sm
 from structmat.algebra import quasiseparable_decay as QD
+from structmat.algebra import quasiseparable_decay_compiled as QC
 
-PATHS = ("numpy", "torch products", "torch scans")
+PATHS = ("compiled", "numpy", "torch products", "torch scans")
 
 
 def _use(path: str, monkeypatch) -> None:
-    """Route :func:`QD.decay_matmul` through ``path``."""
-    if path != "numpy":
+    """Route :func:`QD.decay_matmul` through ``path`` (the compiled one takes real dtypes only: complex operands go
+    through numpy there)."""
+    if path != "compiled":
+        monkeypatch.setattr(QC, "_decay_product", None)
+    if path not in ("compiled", "numpy"):
         monkeypatch.setattr(QD, "host_steps_apply", lambda *tensors: False)
     if path == "torch scans":
         monkeypatch.setattr(QD, "PAIRS_DENSE_MAX_ENTRIES", 0)
@@ -77,7 +81,8 @@ def test_decay_product_equals_dense(path, T, dtype, batches, scaled, cut, seed):
 
 @pytest.mark.parametrize("T", [1, 2, 17, 64, 200])
 def test_paths_give_the_same_generators(T, monkeypatch):
-    """The numpy and torch paths (segment products, and scans past the crossover) compute the same generators."""
+    """The compiled, numpy and torch paths (segment products, and scans past the crossover) compute the same
+    generators."""
     a, b = _operand(T, ((2,), (2,), (2,)), F64, 5, cut=True), _operand(T, ((2,), (), (2,)), F64, 9)
     want = QD.decay_matmul(a, b, QD.decay_sides(a, b))
     for path in PATHS[1:]:
@@ -105,7 +110,7 @@ def test_strong_decays_and_exact_zeros_stay_accurate():
     assert ((R - want).abs()[near] <= 1e-12 * want.abs()[near]).all()
 
 
-@pytest.mark.parametrize("path", PATHS[1:])
+@pytest.mark.parametrize("path", PATHS[2:])
 def test_decay_closure_gradients(path, monkeypatch):
     """The product through the torch paths (a gradient wanted), and the sum: to the log decays, the maps and the
     diagonal of both operands."""
