@@ -16,7 +16,7 @@ from structmat.algebra import quasiseparable_decay_compiled as QC
 
 def test_the_extension_is_built():
     """``pip install`` compiles it (setup.py): a missing build would send every product to numpy unseen."""
-    assert QC.compiled_available()
+    assert QC.compiled_available(), "structmat.algebra._quasiseparable_decay is not built: pip install -e . with a C compiler"
 
 
 def _product(a: sm.Quasiseparable, b: sm.Quasiseparable, *, compiled: bool, monkeypatch) -> sm.Quasiseparable:
