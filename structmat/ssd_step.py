@@ -93,7 +93,9 @@ def ssd_step(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus: b
     if tuple(x_.shape) != (b, h, p):
         raise ValueError(f"x must have shape {(b, h, p)} (batch, nheads, headdim), or without the heads axis, as state "
                          f"{tuple(state.shape)} sets; got {tuple(x.shape)}")
-    check_shape("dt", dt_, (b, h, p))
+    if tuple(dt_.shape) != (b, h, p):
+        raise ValueError(f"dt must have shape {(b, h, p)} (batch, nheads, headdim), or without the heads axis, as state "
+                         f"{tuple(state.shape)} sets; got {tuple(dt.shape)}")
     check_shape("A", A_, (h, p, n))
     if B_.dim() != 3 or B_.shape[0] != b or B_.shape[2] != n or B_.shape[1] == 0 or h % B_.shape[1] or C_.shape != B_.shape:
         raise ValueError(f"B and C must have shape ({b}, ngroups, {n}) with nheads={h} a multiple of ngroups; "

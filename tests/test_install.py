@@ -20,6 +20,17 @@ assert sm.ssd(x, torch.ones(1, 4, 1), -torch.ones(1), B, B, 2).shape == (1, 4, 1
 assert sm.sma(B, B, x, sm.OneSS.causal(4)).shape == (1, 4, 1, 2)
 structmat.nn.Mamba2(8, d_state=4, headdim=4, chunk_size=4)(torch.ones(1, 4, 8))
 assert not any(m.split(".")[0] == "triton" for m in sys.modules)
+# every module, the Triton kernels' included (DESIGN.md: importable without Triton); a launch says why it cannot run
+import importlib, pkgutil
+for m in pkgutil.walk_packages(sm.__path__, "structmat."):
+    importlib.import_module(m.name)
+from structmat.kernels import ssd_step_triton
+try:
+    ssd_step_triton.ssd_step_kernel[(1,)]()
+except ImportError as e:
+    assert "Triton is not installed" in str(e)
+else:
+    raise AssertionError("a kernel launched without Triton")
 """
 
 

@@ -111,3 +111,19 @@ def test_state_batch_indices_equal_stepping_each_row_alone(rows, data, heads, dt
         assert rel(out[i : i + 1], want) < tol and rel(state[row], alone[0]) < tol
     others = sorted(set(range(rows)) - set(idx.tolist()))
     assert torch.equal(state[others], cache[others])
+
+
+def test_shape_errors_name_the_users_shape():
+    """Session 23's audit: a ``dt`` without its headdim axis was reported in the lifted shape ``(2, 1, 4)``; the
+    layers took numpy arrays to an ``AttributeError``; a heads mismatch named its rule unclearly."""
+    state, x, A = torch.zeros(2, 4, 3, 5), torch.randn(2, 4, 3), -torch.ones(4, 3, 5)
+    B = C = torch.randn(2, 1, 5)
+    with pytest.raises(ValueError, match=r"dt must have shape \(2, 4, 3\) .* got \(2, 4\)$"):
+        sm.ssd_step(state, x, torch.rand(2, 4), A, B, C)
+    from structmat.nn import SMA, Hydra, Mamba2
+
+    for layer in (Mamba2(16, d_state=4, headdim=8), Hydra(16, d_state=4, headdim=8), SMA(16, 2, mask="decay", d_state=4)):
+        with pytest.raises(TypeError, match=r"u must be a tensor of shape \(batch, seqlen, 16\); got ndarray"):
+            layer(torch.randn(1, 3, 16).numpy())
+    with pytest.raises(ValueError, match=r"q must have as many heads as v \(H=3\) or as k \(H_k=1\); got 2"):
+        sm.SMADecoder(sm.OneSS.decay(0.9, 4)).step(torch.randn(1, 2, 3), torch.randn(1, 1, 3), torch.randn(1, 3, 4))

@@ -56,6 +56,22 @@ def diagonal_hadamard(d: Diagonal, m: StructuredMatrix) -> Diagonal:
     return Diagonal._of(d.d * m.diagonal())
 
 
+def bidiagonal_hadamard(a: Bidiagonal, b: Bidiagonal) -> Bidiagonal | Diagonal:
+    """The diagonals multiply, and the off-diagonals where both lie on the same side (a lower and an upper meet on
+    the diagonal only). ``O(T)``."""
+    if a.lower == b.lower:
+        return Bidiagonal._of(a.diag * b.diag, a.sub * b.sub, a.lower)
+    return Diagonal._of(a.diag * b.diag)
+
+
+def lowrank_hadamard(a: LowRank, b: LowRank) -> LowRank:
+    """Ranks multiply: ``(U1 V1^T) * (U2 V2^T) = (U1 . U2)(V1 . V2)^T`` with ``.`` the rows' Kronecker product
+    (``(U1 . U2)[i] = U1[i] (x) U2[i]``). ``O(T r1 r2)``."""
+    U = (a.U[..., :, None] * b.U[..., None, :]).flatten(-2)
+    V = (a.V[..., :, None] * b.V[..., None, :]).flatten(-2)
+    return LowRank._of(U, V)
+
+
 def dense_add(a: Dense, b: StructuredMatrix) -> Dense:
     """Dense plus a diagonal or dense matrix (both ``O(T S)`` already)."""
     return Dense(a.to_dense() + b.to_dense())

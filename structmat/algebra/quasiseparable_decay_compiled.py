@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import torch
 
+from structmat.core.host import plain_eager
+
 try:
     from structmat.algebra._quasiseparable_decay import decay_product as _decay_product
 except ImportError:  # (installed without a C compiler: setup.py's extension is optional)
@@ -32,7 +34,7 @@ def compiled_decay_product(sides: list, d1: torch.Tensor, d2: torch.Tensor, batc
     (*batch, T, 2)`` and its diagonal ``(*batch, T)`` by the compiled routine, or None where it does not apply (see the
     module docstring). ``sides``: the log decays ``(*batch, T)`` and maps ``(*batch, T, 1)`` of the sides ``1l, 1u,
     2l, 2u`` at ``batch``; ``d1, d2 (*batch, T)`` the diagonals. ``O(T)`` per row, one pass each way."""
-    if _decay_product is None or torch.compiler.is_compiling():
+    if _decay_product is None or not plain_eager():
         return None
     (l1, b1l, c1l), (m1, b1u, c1u), (l2, b2l, c2l), (m2, b2u, c2u) = sides
     dtype = d1.dtype

@@ -73,6 +73,8 @@ TABLE = [
     ("matmul", SSS, Bidiagonal, E.sss_bidiagonal_matmul, "SSS, through Bidiagonal.to_sss() (order 2)",
      S.same_orientation, False),
     ("inv", Bidiagonal, None, E.bidiagonal_inverse, "OneSS (with b and c), O(T)", None, False),
+    ("hadamard", Bidiagonal, Bidiagonal, E.bidiagonal_hadamard, "Bidiagonal (Diagonal for a lower and an upper)", None,
+     False),
     # diagonal, dense, low rank
     ("add", Diagonal, Diagonal, E.diagonal_add, "Diagonal", None, False),
     ("matmul", Diagonal, Diagonal, E.diagonal_matmul, "Diagonal", None, False),
@@ -86,6 +88,7 @@ TABLE = [
     ("add", LowRank, LowRank, E.lowrank_add, "LowRank, ranks add", None, False),
     ("matmul", LowRank, StructuredMatrix, E.lowrank_matmul, "LowRank U (M^T V)^T", None, False),
     ("matmul", StructuredMatrix, LowRank, E.matmul_lowrank, "LowRank (M U) V^T", None, False),
+    ("hadamard", LowRank, LowRank, E.lowrank_hadamard, "LowRank, ranks multiply", None, False),
     ("inv", LowRank, None, E.lowrank_inverse, "Inverse (lazy) at full rank; SingularMatrixError below", None, False),
     # FFT family
     ("add", Toeplitz, Toeplitz, F.toeplitz_add, "Toeplitz (causal if both are)", None, False),

@@ -70,7 +70,7 @@ def check_qkv(q, k, v, *, shapes: bool = False) -> None:
     if (H % Hk if Hk else H):  # (no heads at all is an empty call)
         raise ValueError(f"v heads H={H} must be a multiple of k heads H_k={Hk}")
     if Hq not in (H, Hk):
-        raise ValueError(f"q must have H={H} or H_k={Hk} heads; got {Hq}")
+        raise ValueError(f"q must have as many heads as v (H={H}) or as k (H_k={Hk}); got {Hq}")
 
 
 def check_activations(**tensors: torch.Tensor) -> None:

@@ -14,8 +14,8 @@ state, updated in place. The torch forms in :mod:`structmat.nn.conv` are the ref
 from __future__ import annotations
 
 import torch
-import triton
-import triton.language as tl
+
+from structmat.kernels.triton_modules import tl, triton
 
 __all__ = ["causal_conv_silu_triton", "causal_conv_step_triton"]
 

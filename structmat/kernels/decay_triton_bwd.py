@@ -29,9 +29,6 @@ Kernels, in launch order (blocks of ``BM`` rows inside a chunk):
 
 from __future__ import annotations
 
-import triton
-import triton.language as tl
-
 from structmat.kernels.decay_triton_tiles import (
     block_order,
     diag_mask,
@@ -40,6 +37,7 @@ from structmat.kernels.decay_triton_tiles import (
     head_vectors,
     seq_keep,
 )
+from structmat.kernels.triton_modules import tl, triton
 
 
 @triton.jit

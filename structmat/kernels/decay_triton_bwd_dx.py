@@ -5,10 +5,8 @@ the last to the first with the adjoint state in fp32 registers. Notation and lau
 
 from __future__ import annotations
 
-import triton
-import triton.language as tl
-
 from structmat.kernels.decay_triton_tiles import diag_mask, dx_rests, dx_vectors, seq_at, seq_keep
+from structmat.kernels.triton_modules import tl, triton
 
 
 @triton.jit

@@ -5,10 +5,8 @@ gate (:func:`decay_gate_bwd_kernel`). Notation and launch order: :mod:`structmat
 
 from __future__ import annotations
 
-import triton
-import triton.language as tl
-
 from structmat.kernels.decay_triton_fwd import _lookback, _publish
+from structmat.kernels.triton_modules import tl, triton
 
 
 @triton.jit

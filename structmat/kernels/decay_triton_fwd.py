@@ -28,8 +28,7 @@ sums. ``seq_idx`` cuts every pair of positions in different sequences.
 
 from __future__ import annotations
 
-import triton
-import triton.language as tl
+from structmat.kernels.triton_modules import tl, triton
 
 # A waiting program gives up after this many polls of a flag (about a second on a GPU) and raises the error
 # slot of the sync buffer instead of hanging the device; a correct launch never comes near it.

@@ -10,7 +10,8 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
-import triton
+
+from structmat.kernels.triton_modules import triton
 
 try:  # triton >= 3.4: compiles submitted from a warm-up run on an executor (a private module: optional)
     from triton.runtime._async_compile import AsyncCompileMode

@@ -8,8 +8,7 @@ is split into two 16-bit parts.
 
 from __future__ import annotations
 
-import triton
-import triton.language as tl
+from structmat.kernels.triton_modules import tl, triton
 
 
 @triton.jit

@@ -14,8 +14,8 @@ activations, against the six float32 tensors the torch form keeps. The torch for
 from __future__ import annotations
 
 import torch
-import triton
-import triton.language as tl
+
+from structmat.kernels.triton_modules import tl, triton
 
 __all__ = ["gated_rms_norm_triton"]
 

@@ -17,8 +17,8 @@ through its strides, so the broadcast views Mamba-2 passes (``dt[..., None].expa
 from __future__ import annotations
 
 import torch
-import triton
-import triton.language as tl
+
+from structmat.kernels.triton_modules import tl, triton
 
 __all__ = ["ssd_step_triton"]
 

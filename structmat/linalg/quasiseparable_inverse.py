@@ -126,10 +126,12 @@ def _realize(A: torch.Tensor, C: torch.Tensor, s: torch.Tensor, c: torch.Tensor)
                       torch.cat([out_map, torch.zeros_like(out_map[..., :1])], dim=-1), zeros)
 
 
-def quasiseparable_inverse(lower: Generators, upper: Generators, d: torch.Tensor, batch) -> tuple[Generators, Generators, torch.Tensor]:
+def quasiseparable_inverse(lower: Generators, upper: Generators, d: torch.Tensor,
+                           batch) -> tuple[Generators, Generators, torch.Tensor, float]:
     """``M^{-1}`` for ``M = strict(lower) + diag(d) + strict(upper)^T``, as generators: of its strictly-lower
     part (order ``n_l``, or ``n_l + 1``), of its transposed strictly-upper part (order ``n_u``, or
-    ``n_u + 1``), and its diagonal ``(*, T)``. See the module docstring.
+    ``n_u + 1``), its diagonal ``(*, T)``, and the growth of the LU's factors
+    (:func:`~structmat.linalg.quasiseparable_lu.check_growth`). See the module docstring.
 
     The LU in blocks (:func:`~structmat.linalg.quasiseparable_lu.lu_recurrence`, ``T / L`` Python steps), the
     backward states by a blocked scan (``L + T / L`` steps); all of it in numpy where
@@ -141,7 +143,7 @@ def quasiseparable_inverse(lower: Generators, upper: Generators, d: torch.Tensor
     --------
     >>> import torch
     >>> G = Generators(Transitions(torch.full((3,), 0.5), "scalar"), torch.ones(3, 1), torch.ones(3, 1))
-    >>> lower, upper, diag = quasiseparable_inverse(G, G, torch.full((3,), 2.0), ())
+    >>> lower, upper, diag, growth = quasiseparable_inverse(G, G, torch.full((3,), 2.0), ())
     >>> M = torch.tensor([[2, .5, .25], [.5, 2, .5], [.25, .5, 2]])
     >>> torch.allclose(diag, torch.linalg.inv(M).diagonal())
     True
@@ -150,10 +152,10 @@ def quasiseparable_inverse(lower: Generators, upper: Generators, d: torch.Tensor
     if d.shape[-1] and host_steps_apply(*vars(parts).values()):
         return host_inverse(parts)
     f = lu_recurrence(parts)
-    check_growth(f.s, f.g, f.delta, vars(parts))
+    growth = check_growth(f.s, f.g, f.delta, vars(parts))
     v = f.g / f.delta[..., None]
     Z = _backward_states(parts, f, v)
     lam = check_overflow(1 / f.delta + (v[..., None, :] @ Z @ f.s[..., :, None])[..., 0, 0], "Quasiseparable.inv() diagonal")
     c = check_overflow((Z.mT @ v[..., None])[..., 0] - lam[..., None] * parts.C, "Quasiseparable.inv() lower part")
     cu = check_overflow((Z @ f.s[..., None])[..., 0] - lam[..., None] * parts.Cu, "Quasiseparable.inv() upper part")
-    return _realize(parts.A, parts.C, f.s, c), _realize(parts.Au, parts.Cu, v, cu), lam
+    return _realize(parts.A, parts.C, f.s, c), _realize(parts.Au, parts.Cu, v, cu), lam, growth

@@ -226,12 +226,12 @@ def _checked(x: np.ndarray, what: str) -> np.ndarray:
     return x
 
 
-def host_inverse(parts: DenseParts) -> tuple[Generators, Generators, torch.Tensor]:
+def host_inverse(parts: DenseParts) -> tuple[Generators, Generators, torch.Tensor, float]:
     """:func:`structmat.linalg.quasiseparable_inverse.quasiseparable_inverse` of ``parts`` (``T >= 1``) in numpy, in
     chunks of :data:`HOST_BLOCK` (sides of order 1 of at most
     :data:`~structmat.linalg.quasiseparable_inverse_scalar.SCALAR_SCAN_MAX` steps by the scans of
     :mod:`structmat.linalg.quasiseparable_inverse_scalar`): the generators of the strictly-lower part, of the
-    transposed strictly-upper part, and the diagonal ``(*, T)``. Raises :class:`~structmat.SingularMatrixError` as
+    transposed strictly-upper part, the diagonal ``(*, T)`` and the LU's growth. Raises :class:`~structmat.SingularMatrixError` as
     that function does."""
     p = {k: host(getattr(parts, k)) for k in ("A", "B", "C", "Au", "Bu", "Cu", "d")}
     with np.errstate(all="ignore"):  # an overflow or a zero pivot is reported after the steps, as in torch
@@ -239,10 +239,10 @@ def host_inverse(parts: DenseParts) -> tuple[Generators, Generators, torch.Tenso
         factors = scalar_lu(p) if scans else None
         scans = factors is not None
         s, g, delta = factors if scans else _lu(p, HOST_BLOCK)
-        check_growth(s, g, delta, p)
+        growth = check_growth(s, g, delta, p)
         v = g / delta[..., None]
         Z = scalar_backward_states(p, s, v, delta) if scans else _backward_states(p, s, v, delta, HOST_BLOCK)
         lam = _checked(1 / delta + (v[..., None, :] @ Z @ s[..., :, None])[..., 0, 0], "Quasiseparable.inv() diagonal")
         c = _checked((_mT(Z) @ v[..., None])[..., 0] - lam[..., None] * p["C"], "Quasiseparable.inv() lower part")
         cu = _checked((Z @ s[..., None])[..., 0] - lam[..., None] * p["Cu"], "Quasiseparable.inv() upper part")
-        return _realize(p["A"], p["C"], s, c), _realize(p["Au"], p["Cu"], v, cu), torch.from_numpy(lam)
+        return _realize(p["A"], p["C"], s, c), _realize(p["Au"], p["Cu"], v, cu), torch.from_numpy(lam), growth

@@ -233,7 +233,7 @@ def _log_reach(A: np.ndarray, C: np.ndarray) -> np.ndarray:
     return np.concatenate([m[..., 1:], np.full(m.shape[:-1] + (1,), -np.inf)], -1) - S
 
 
-def check_growth(s, g, delta, parts: dict) -> None:
+def check_growth(s, g, delta, parts: dict) -> float:
     """A :class:`~structmat.SingularMatrixError` where the unpivoted LU's factors grow past ``eps^GROWTH_POWER``: a
     leading principal minor nearly zero, not only zero (the inverse's error is about the growth times ``eps``:
     ``d[0] = 1e-14`` on a matrix of condition 83 gave an inverse off by 5e-4).
@@ -243,11 +243,11 @@ def check_growth(s, g, delta, parts: dict) -> None:
     pivot ``delta_k`` or ``Cu_i^T Au_i ... Au_{k+1} g_k``), against ``M``'s largest entry (its diagonal, and the same
     reach times ``|B_k|``: exact for order 1, which holds growing transitions' far entries too). ``s, g, delta`` and the
     dense parts ``A, B, C, Au, Bu, Cu, d`` (a dict, :class:`DenseParts`' fields) as numpy arrays or tensors (read on
-    the host), any batch. ``O(T n^3)`` (spectral norms of the transitions)."""
+    the host), any batch. ``O(T n^3)`` (spectral norms of the transitions). Returns the growth (0 for empty factors)."""
     s, g, delta = (host(x) if isinstance(x, torch.Tensor) else x for x in (s, g, delta))
     p = {k: host(v) if isinstance(v, torch.Tensor) else v for k, v in parts.items()}
     if not (s.size and delta.size):
-        return
+        return 0.0
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         log_l = np.maximum(np.log(np.sqrt((np.abs(s) ** 2).sum(-1))) + _log_reach(p["A"], p["C"]), 0.0)
         log_u = np.maximum(np.log(np.sqrt((np.abs(g) ** 2).sum(-1))) + _log_reach(p["Au"], p["Cu"]), np.log(np.abs(delta)))
@@ -261,6 +261,7 @@ def check_growth(s, g, delta, parts: dict) -> None:
         raise SingularMatrixError(f"quasiseparable LU without pivoting: the factors grow by {growth:.1e} (leading "
                                   f"principal minor {k + 1} is nearly zero): the inverse could be off by up to about "
                                   f"{growth * eps:.0e} relative; solve() pivots")
+    return growth
 
 
 def quasiseparable_lu(lower: Generators, upper: Generators, d: torch.Tensor, batch) -> tuple[Generators, Generators]:

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from structmat.core.validation import check_sizes, skip_finite_checks
+from structmat.core.validation import check_sizes, check_tensor, skip_finite_checks
 from structmat.nn.norm import GatedRMSNorm
 from structmat.ssd import ssd
 from structmat.ssd_arguments import check_seq_idx
@@ -109,31 +109,53 @@ class Hydra(nn.Module):
         self.norm = GatedRMSNorm(self.d_inner, eps=1e-5, norm_before_gate=True, **kw)
         self.out_proj = nn.Linear(self.d_inner, d_model, bias=bias, **kw)
 
-    def _pass(self, x, dt, B, C, seq_idx, init):
-        """One direction: the SSD of ``(x, dt, B, C)``, each output moved one step later."""
+    def _pass(self, x, dt, B, C, seq_idx):
+        """One direction: the SSD of ``(x, dt, B, C)``, each output moved one step later; every sequence (each row, or
+        each packed sequence of ``seq_idx``) starts from the learned initial state where there is one."""
         A = -torch.exp(self.A_log.to(torch.promote_types(self.A_log.dtype, torch.float32)))
+        init = self.init_states if self.learnable_init_states else None
+        common = dict(dt_bias=self.dt_bias, dt_softplus=True, dt_limit=self.dt_limit)
         with skip_finite_checks():  # decays exp(-softplus(.) exp(.)) <= 1 by construction: no host sync
-            y = ssd(x, dt, A, B, C, self.chunk_size, dt_bias=self.dt_bias, initial_states=init, seq_idx=seq_idx,
-                    dt_softplus=True, dt_limit=self.dt_limit)
+            if init is not None and seq_idx is not None and seq_idx.numel():
+                y = self._packed(x, dt, A, B, C, seq_idx, init, common)
+            else:
+                init = None if init is None else init.expand(x.shape[0], *init.shape)
+                y = ssd(x, dt, A, B, C, self.chunk_size, initial_states=init, seq_idx=seq_idx, **common)
         return _shift(y, seq_idx)
 
+    def _packed(self, x, dt, A, B, C, seq_idx, init, common):
+        """The SSD of packed sequences that each start from ``init``: the rows joined into one sequence and cut by
+        ``cu_seqlens`` at every sequence's start, each with its own copy of the initial state (``ssd``'s
+        ``initial_states`` of one row applies to its first sequence only). One host sync: the starts."""
+        b, L = seq_idx.shape
+        starts = torch.ones_like(seq_idx, dtype=torch.bool)
+        starts[:, 1:] = seq_idx[:, 1:] != seq_idx[:, :-1]
+        starts = starts.flatten()
+        cu_seqlens = torch.cat([starts.nonzero()[:, 0], starts.new_tensor([b * L], dtype=torch.long)])
+        ids = (starts.cumsum(0) - 1)[None]
+        x, dt, B, C = (t.flatten(0, 1)[None] for t in (x, dt, B, C))
+        y = ssd(x, dt, A, B, C, self.chunk_size, initial_states=init.expand(cu_seqlens.numel() - 1, *init.shape),
+                seq_idx=ids, cu_seqlens=cu_seqlens, **common)
+        return y[0].unflatten(0, (b, L))
+
     def forward(self, u: torch.Tensor, seq_idx: torch.Tensor | None = None) -> torch.Tensor:
-        """``u (B, L, d_model)``; ``seq_idx (B, L)`` keeps packed sequences apart (convolution and both passes)."""
+        """``u (B, L, d_model)``; ``seq_idx (B, L)`` keeps packed sequences apart (convolution and both passes; with
+        ``learnable_init_states`` each sequence starts from the learned state in both directions, after one host sync
+        that finds the sequences' starts)."""
+        check_tensor(u, "u", f"a tensor of shape (batch, seqlen, {self.d_model})")
         if u.dim() != 3 or u.shape[-1] != self.d_model:
             raise ValueError(f"u must have shape (batch, seqlen, {self.d_model}); got {tuple(u.shape)}")
         check_seq_idx(seq_idx, u.shape[:2])  # (here: ssd runs without host syncs below)
-        Bsz, _, _ = u.shape
         gn, H = self.ngroups * self.d_state, self.nheads
         z, xBC, dt = torch.split(self.in_proj(u), [self.d_inner, self.d_inner + 4 * gn, 2 * H], dim=-1)
         xBC = F.silu(centered_conv1d(xBC, self.conv1d.weight[:, 0], self.conv1d.bias, seq_idx))
         x, Bf, Cf, Bb, Cb = torch.split(xBC, [self.d_inner, gn, gn, gn, gn], dim=-1)
         heads, groups = (H, self.headdim), (self.ngroups, self.d_state)
-        init = self.init_states.expand(Bsz, *self.init_states.shape) if self.learnable_init_states else None
         flip = lambda t: torch.flip(t, (1,))  # noqa: E731
         rev_idx = None if seq_idx is None else flip(seq_idx.max() - seq_idx)  # non-decreasing again
-        y = self._pass(x.unflatten(-1, heads), dt[..., :H], Bf.unflatten(-1, groups), Cf.unflatten(-1, groups), seq_idx, init)
+        y = self._pass(x.unflatten(-1, heads), dt[..., :H], Bf.unflatten(-1, groups), Cf.unflatten(-1, groups), seq_idx)
         y = y + flip(self._pass(flip(x).unflatten(-1, heads), flip(dt[..., H:]), flip(Bb).unflatten(-1, groups),
-                                flip(Cb).unflatten(-1, groups), rev_idx, init))
+                                flip(Cb).unflatten(-1, groups), rev_idx))
         diag = self.fc_D(x) + self.D.to(x.dtype)  # (B, L, H): the data-dependent diagonal
         y = y + x.unflatten(-1, heads) * diag[..., None]
         return self.out_proj(self.norm(y.flatten(-2).to(u.dtype), z))

@@ -43,8 +43,10 @@ class Mamba2(nn.Module):
     same ``state_dict`` names and shapes): ``d_model, d_state=128, d_conv=4, conv_init=None, expand=2,
     headdim=64, d_ssm=None, ngroups=1, A_init_range=(1, 16), D_has_hdim=False, rmsnorm=True,
     norm_before_gate=False, dt_min=0.001, dt_max=0.1, dt_init_floor=1e-4, dt_limit=(0.0, inf),
-    bias=False, conv_bias=True, chunk_size=256, layer_idx=None, device=None, dtype=None``.
-    ``use_mem_eff_path`` is accepted and has no effect (the SSD kernels here need no fused path).
+    bias=False, conv_bias=True, chunk_size=256, use_mem_eff_path=True, layer_idx=None, process_group=None,
+    sequence_parallel=True, device=None, dtype=None``. ``use_mem_eff_path`` is accepted and has no effect (the SSD kernels
+    here need no fused path); ``process_group`` (mamba_ssm's tensor parallelism) must be None here, and
+    ``sequence_parallel`` is then unused, as in mamba_ssm.
 
     Shapes: ``forward(u (B, L, d_model)) -> (B, L, d_model)``; ``step(u (B, 1, d_model), conv_state
     (B, conv_dim, d_conv), ssm_state (B, nheads, headdim, d_state))``. Cost per token ``O(d_model
@@ -65,8 +67,11 @@ class Mamba2(nn.Module):
                  D_has_hdim: bool = False, rmsnorm: bool = True, norm_before_gate: bool = False, dt_min: float = 0.001,
                  dt_max: float = 0.1, dt_init_floor: float = 1e-4, dt_limit=(0.0, float("inf")), bias: bool = False,
                  conv_bias: bool = True, chunk_size: int = 256, use_mem_eff_path: bool = True, layer_idx: int | None = None,
-                 device=None, dtype=None):
+                 process_group=None, sequence_parallel: bool = True, device=None, dtype=None):
         super().__init__()
+        if process_group is not None:
+            raise NotImplementedError("Mamba2: process_group (tensor parallelism) is not supported; pass None")
+        self.process_group, self.sequence_parallel = process_group, sequence_parallel
         kw = {"device": device, "dtype": dtype}
         check_sizes(d_model=d_model, d_state=d_state, d_conv=d_conv, expand=expand, headdim=headdim, ngroups=ngroups,
                     chunk_size=chunk_size)
@@ -134,6 +139,7 @@ class Mamba2(nn.Module):
         both the convolution and the SSD state at their boundaries, so a packed call equals separate calls.
         With ``inference_params`` the cache is filled (a prefill) or, once ``seqlen_offset > 0``, one token
         is decoded through :meth:`step`."""
+        check_tensor(u, "u", f"a tensor of shape (batch, seqlen, {self.d_model})")
         if u.dim() != 3 or u.shape[-1] != self.d_model:
             raise ValueError(f"u must have shape (batch, seqlen, {self.d_model}); got {tuple(u.shape)}")
         check_seq_idx(seq_idx, u.shape[:2])  # (here: ssd runs without host syncs below)
@@ -180,6 +186,7 @@ class Mamba2(nn.Module):
     def step(self, u: torch.Tensor, conv_state: torch.Tensor, ssm_state: torch.Tensor):
         """One token ``u (B, 1, d_model)``; the states are updated in place. Returns ``(out (B, 1, d_model),
         conv_state, ssm_state)``."""
+        check_tensor(u, "u", f"a tensor of shape (batch, 1, {self.d_model})")
         if u.dim() != 3 or u.shape[1] != 1 or u.shape[-1] != self.d_model:
             raise ValueError(f"step decodes one token: u must have shape (batch, 1, {self.d_model}); got {tuple(u.shape)}")
         self._check_cache(conv_state, ssm_state, u.shape[0])

@@ -16,7 +16,7 @@ from torch import nn
 from structmat.attention import sma, sma_state, sma_step
 from structmat.core.base import StructuredMatrix
 from structmat.core.transitions import Transitions
-from structmat.core.validation import check_flag, check_positive_int, skip_finite_checks
+from structmat.core.validation import check_flag, check_positive_int, check_tensor, skip_finite_checks
 from structmat.matrices.fourier import Fourier
 from structmat.matrices.one_ss import OneSS
 from structmat.matrices.quasiseparable import Quasiseparable
@@ -32,6 +32,15 @@ __all__ = ["SMA", "MASKS"]
 MASKS = ("selective", "decay", "causal", "toeplitz", "fourier", "bidirectional")
 _NORMALISED = ("causal", "bidirectional")  # positive feature maps, outputs divided by the masked score sums
 _DECODES = ("selective", "decay", "causal")  # causal with a bounded state
+
+
+def _no_decoding(kind: str) -> str:
+    """Why a layer with the mask ``kind`` keeps no recurrent state (``return_state``, ``step``)."""
+    if kind == "custom":
+        return (f"return_state and step need one of the masks {_DECODES}, whose recurrence the layer steps; a custom "
+                "mask is a function of the input the layer cannot step one token at a time (for a lower semiseparable "
+                "mask, structmat.sma_state and sma_step decode it from the mask itself)")
+    return f"mask {kind!r} has no bounded recurrent state; decode with masks {_DECODES}"
 
 
 class SMA(nn.Module):
@@ -188,10 +197,11 @@ class SMA(nn.Module):
     def forward(self, u: torch.Tensor, return_state: bool = False):
         """``u (B, T, d_model) -> (B, T, d_model)``; with ``return_state`` (a prefill) also the decoding state after
         the last position, which :meth:`step` continues from (the masks that decode only)."""
+        check_tensor(u, "u", f"a tensor of shape (batch, seqlen, {self.d_model})")
         if u.dim() != 3 or u.shape[-1] != self.d_model:
             raise ValueError(f"u must have shape (batch, seqlen, {self.d_model}); got {tuple(u.shape)}")
         if check_flag(return_state, "return_state") and self.mask_kind not in _DECODES:
-            raise TypeError(f"mask {self.mask_kind!r} has no bounded recurrent state; decode with masks {_DECODES}")
+            raise TypeError(_no_decoding(self.mask_kind))
         q, k, v, z, dt = self._project(u)
         if self.mask_kind in _NORMALISED:
             v = self._with_ones(v)
@@ -208,7 +218,7 @@ class SMA(nn.Module):
         The other masks have no bounded state (``toeplitz`` needs the whole history, ``fourier`` and
         ``bidirectional`` the future): ``TypeError``."""
         if self.mask_kind not in _DECODES:
-            raise TypeError(f"mask {self.mask_kind!r} has no bounded recurrent state; decode with masks {_DECODES}")
+            raise TypeError(_no_decoding(self.mask_kind))
         if u_t.dim() != 3 or u_t.shape[1] != 1 or u_t.shape[-1] != self.d_model:
             raise ValueError(f"step decodes one token: u_t must have shape (batch, 1, {self.d_model}); got {tuple(u_t.shape)}")
         q, k, v, z, dt = self._project(u_t)

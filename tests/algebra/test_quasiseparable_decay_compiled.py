@@ -157,3 +157,37 @@ def test_inputs_are_not_changed():
         M @ M
     after = [a, maps, M.diag, *(x for side in QD.decay_sides(M, M) for x in side)]
     assert all(torch.equal(x, y) for x, y in zip(before, after))
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::torch.jit.TracerWarning")
+def test_jit_trace_records_torch_operations():
+    """``torch.jit.trace`` sees only torch operations (the audit of session 23: the compiled call took the traced
+    ``T`` and raised; the numpy path baked one call's values into the trace): while tracing both step aside, and the
+    trace gives the product of other inputs."""
+    T = 5
+
+    def product(a):
+        M = sm.Quasiseparable.lion(a)
+        return (M @ M).to_dense()
+
+    traced = torch.jit.trace(product, (0.2 + 0.7 * rand(T, seed=1, dtype=F64),), check_trace=False)
+    other = 0.2 + 0.7 * rand(T, seed=2, dtype=F64)
+    close(traced(other), product(other), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # (torch's forward-AD decompositions use torch.jit.script)
+def test_forward_mode_tangents_reach_the_product():
+    """Dual tensors do not set ``requires_grad``: under a forward-mode AD level the product takes the torch path, so
+    the tangent of a diagonal reaches it (it was dropped, silently)."""
+    import torch.autograd.forward_ad as fwAD
+
+    T = 7
+    a, b = (sm.OneSS.from_decays(0.3 + 0.6 * rand(T, seed=s, dtype=F64)) for s in (1, 2))
+    d, t = 2 + rand(T, seed=3, dtype=F64), randn(T, seed=4, dtype=F64)
+    with fwAD.dual_level():
+        M = sm.Quasiseparable.bidirectional(a, b, fwAD.make_dual(d, t))
+        got = fwAD.unpack_dual((M @ M).to_dense()).tangent
+        D = M.to_dense()
+        want = fwAD.unpack_dual(D @ D).tangent
+    assert got is not None
+    close(got, want, rtol=1e-12, atol=1e-12)

@@ -4,6 +4,8 @@ caches of the wrong type or batch, constructor sizes, and ``SMA``'s prefill.
 
 References: a prefill of the last sequence alone, the same layer in float64, and the full forward."""
 
+import inspect
+
 import pytest
 import torch
 from conftest import F64, rel
@@ -137,3 +139,52 @@ def test_sma_prefill_then_step_equals_the_forward(mask):
         SMA(16, 4, mask="fourier", max_seqlen=16)(u[:, :3].float(), return_state=True)
     with pytest.raises(TypeError, match="return_state must be a bool"):
         layer(u, return_state="yes")
+
+
+#: ``mamba_ssm.modules.mamba2.Mamba2.__init__``'s parameters in order, with their defaults (mamba_ssm 2.2, read from
+#: its source): a configuration or a positional call written for it must mean the same here.
+MAMBA_SSM_MAMBA2 = [("d_model", None), ("d_state", 128), ("d_conv", 4), ("conv_init", None), ("expand", 2),
+                    ("headdim", 64), ("d_ssm", None), ("ngroups", 1), ("A_init_range", (1, 16)), ("D_has_hdim", False),
+                    ("rmsnorm", True), ("norm_before_gate", False), ("dt_min", 0.001), ("dt_max", 0.1),
+                    ("dt_init_floor", 1e-4), ("dt_limit", (0.0, float("inf"))), ("bias", False), ("conv_bias", True),
+                    ("chunk_size", 256), ("use_mem_eff_path", True), ("layer_idx", None), ("process_group", None),
+                    ("sequence_parallel", True), ("device", None), ("dtype", None)]
+
+
+def test_mamba2_takes_mamba_ssms_parameters_in_its_order():
+    params = list(inspect.signature(Mamba2.__init__).parameters.values())[1:]
+    assert [p.name for p in params] == [name for name, _ in MAMBA_SSM_MAMBA2]
+    for p, (name, default) in zip(params[1:], MAMBA_SSM_MAMBA2[1:]):
+        assert p.default == default, name
+    block = Mamba2(16, 8, 4, None, 2, 8, None, 1, (1, 16), False, True, False, 0.001, 0.1, 1e-4, (0.0, float("inf")),
+                   False, True, 4, True, 0, None, True, None, torch.float64)
+    assert block.A_log.dtype == torch.float64 and block.process_group is None and block.sequence_parallel
+    with pytest.raises(NotImplementedError, match="process_group"):
+        Mamba2(16, headdim=8, process_group=object())
+
+
+@pytest.mark.parametrize("ids", [[0, 0, 0, 0, 1, 1, 1, 1, 1], [3, 3, 5, 5, 5, 5, 7, 7, 7], [0] * 9])
+def test_hydra_packed_sequences_each_start_from_the_learned_state(ids):
+    """Session 23's audit: ``seq_idx`` with ``learnable_init_states`` gave the learned state to the first sequence of
+    the forward pass and the last of the backward one only (none where the ids do not start at 0): a packed batch
+    (two rows, different packings) against each sequence alone, float64."""
+    torch.manual_seed(0)
+    m = Hydra(16, d_state=4, headdim=8, chunk_size=4, learnable_init_states=True).double()
+    with torch.no_grad():
+        m.init_states.normal_()
+    u = torch.randn(2, len(ids), 16, dtype=F64)
+    seq_idx = torch.tensor([ids, [0] * 2 + [1] * (len(ids) - 2)])
+    packed = m(u, seq_idx=seq_idx)
+    for row in range(2):
+        bounds = [0] + [t for t in range(1, len(ids)) if seq_idx[row, t] != seq_idx[row, t - 1]] + [len(ids)]
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            assert rel(packed[row, lo:hi], m(u[row : row + 1, lo:hi])[0]) < 1e-12, (row, lo, hi)
+
+
+def test_a_custom_masks_layer_says_why_it_does_not_decode():
+    """Session 23's audit: a custom lower mask was told it had 'no bounded recurrent state', untrue for a 1-SS mask;
+    the layer cannot step a function of the input, and the message says so and where decoding from a mask lives."""
+    layer = SMA(16, 2, mask=lambda u: sm.OneSS.decay(0.9, u.shape[1]), d_state=4)
+    for call in (lambda: layer(torch.randn(1, 3, 16), return_state=True), lambda: layer.step(torch.randn(1, 1, 16), None)):
+        with pytest.raises(TypeError, match="a custom mask is a function of the input .*sma_state and sma_step"):
+            call()
