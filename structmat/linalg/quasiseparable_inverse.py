@@ -26,6 +26,8 @@ transitions ``A_k P_{k-1}``), else of order ``n + 1`` (``docs/deviations.md``, i
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from structmat.core.host import host_steps_apply
@@ -36,10 +38,12 @@ from structmat.linalg.quasiseparable_lu import (
     LU_BLOCK,
     DenseParts,
     LUFactors,
+    Unbalanced,
     check_growth,
     chunked_steps,
     dense_parts,
     lu_recurrence,
+    rescaled_inverse,
 )
 from structmat.linalg.semiseparable import Generators
 
@@ -151,11 +155,24 @@ def quasiseparable_inverse(lower: Generators, upper: Generators, d: torch.Tensor
     parts = dense_parts(lower, upper, d, batch)
     if d.shape[-1] and host_steps_apply(*vars(parts).values()):
         return host_inverse(parts)
-    f = lu_recurrence(parts)
-    growth = check_growth(f.s, f.g, f.delta, vars(parts))
+    return _inverse(parts)
+
+
+def _inverse(parts: DenseParts, scale: float = 1.0) -> tuple[Generators, Generators, torch.Tensor, float]:
+    """:func:`quasiseparable_inverse` in torch, of ``scale M`` scaled back (:class:`~structmat.linalg.quasiseparable_lu.Unbalanced`)."""
+    scaled = parts if scale == 1.0 else replace(parts, d=parts.d * scale, B=parts.B * scale, Bu=parts.Bu * scale)
+    f = lu_recurrence(scaled)
+    try:
+        growth = check_growth(f.s, f.g, f.delta, vars(scaled))
+    except Unbalanced as unbalanced:
+        return _inverse(parts, unbalanced.scale)
     v = f.g / f.delta[..., None]
-    Z = _backward_states(parts, f, v)
+    Z = _backward_states(scaled, f, v)
     lam = check_overflow(1 / f.delta + (v[..., None, :] @ Z @ f.s[..., :, None])[..., 0, 0], "Quasiseparable.inv() diagonal")
-    c = check_overflow((Z.mT @ v[..., None])[..., 0] - lam[..., None] * parts.C, "Quasiseparable.inv() lower part")
-    cu = check_overflow((Z @ f.s[..., None])[..., 0] - lam[..., None] * parts.Cu, "Quasiseparable.inv() upper part")
-    return _realize(parts.A, parts.C, f.s, c), _realize(parts.Au, parts.Cu, v, cu), lam, growth
+    c = check_overflow((Z.mT @ v[..., None])[..., 0] - lam[..., None] * scaled.C, "Quasiseparable.inv() lower part")
+    cu = check_overflow((Z @ f.s[..., None])[..., 0] - lam[..., None] * scaled.Cu, "Quasiseparable.inv() upper part")
+    lower, upper = _realize(scaled.A, scaled.C, f.s, c), _realize(scaled.Au, scaled.Cu, v, cu)
+    if scale != 1.0:
+        lower, upper, lam = rescaled_inverse(lower, upper, lam, scale)
+        check_overflow(lam, "Quasiseparable.inv() diagonal")
+    return lower, upper, lam, growth

@@ -17,7 +17,7 @@ from structmat.core.host import host
 from structmat.core.transitions import Transitions
 from structmat.core.validation import SingularMatrixError, check_overflow
 from structmat.linalg.quasiseparable_inverse_scalar import SCALAR_SCAN_MAX, scalar_backward_states, scalar_lu
-from structmat.linalg.quasiseparable_lu import DenseParts, check_growth
+from structmat.linalg.quasiseparable_lu import DenseParts, Unbalanced, check_growth, rescaled_inverse
 from structmat.linalg.semiseparable import Generators
 
 __all__ = ["HOST_BLOCK", "host_inverse"]
@@ -226,23 +226,33 @@ def _checked(x: np.ndarray, what: str) -> np.ndarray:
     return x
 
 
-def host_inverse(parts: DenseParts) -> tuple[Generators, Generators, torch.Tensor, float]:
+def host_inverse(parts: DenseParts, scale: float = 1.0) -> tuple[Generators, Generators, torch.Tensor, float]:
     """:func:`structmat.linalg.quasiseparable_inverse.quasiseparable_inverse` of ``parts`` (``T >= 1``) in numpy, in
     chunks of :data:`HOST_BLOCK` (sides of order 1 of at most
     :data:`~structmat.linalg.quasiseparable_inverse_scalar.SCALAR_SCAN_MAX` steps by the scans of
     :mod:`structmat.linalg.quasiseparable_inverse_scalar`): the generators of the strictly-lower part, of the
-    transposed strictly-upper part, the diagonal ``(*, T)`` and the LU's growth. Raises :class:`~structmat.SingularMatrixError` as
-    that function does."""
+    transposed strictly-upper part, the diagonal ``(*, T)`` and the LU's growth (of ``scale M``, inverted and scaled
+    back, where ``M``'s entries are far from 1: :class:`~structmat.linalg.quasiseparable_lu.Unbalanced`). Raises
+    :class:`~structmat.SingularMatrixError` as that function does."""
     p = {k: host(getattr(parts, k)) for k in ("A", "B", "C", "Au", "Bu", "Cu", "d")}
+    if scale != 1.0:  # (the inverse of scale M, scaled back: Unbalanced)
+        p = {**p, "d": p["d"] * scale, "B": p["B"] * scale, "Bu": p["Bu"] * scale}
     with np.errstate(all="ignore"):  # an overflow or a zero pivot is reported after the steps, as in torch
         scans = p["A"].shape[-1] == p["Au"].shape[-1] == 1 and p["d"].shape[-1] <= SCALAR_SCAN_MAX
         factors = scalar_lu(p) if scans else None
         scans = factors is not None
         s, g, delta = factors if scans else _lu(p, HOST_BLOCK)
-        growth = check_growth(s, g, delta, p)
+        try:
+            growth = check_growth(s, g, delta, p)
+        except Unbalanced as unbalanced:
+            return host_inverse(parts, unbalanced.scale)
         v = g / delta[..., None]
         Z = scalar_backward_states(p, s, v, delta) if scans else _backward_states(p, s, v, delta, HOST_BLOCK)
         lam = _checked(1 / delta + (v[..., None, :] @ Z @ s[..., :, None])[..., 0, 0], "Quasiseparable.inv() diagonal")
         c = _checked((_mT(Z) @ v[..., None])[..., 0] - lam[..., None] * p["C"], "Quasiseparable.inv() lower part")
         cu = _checked((Z @ s[..., None])[..., 0] - lam[..., None] * p["Cu"], "Quasiseparable.inv() upper part")
-        return _realize(p["A"], p["C"], s, c), _realize(p["Au"], p["Cu"], v, cu), torch.from_numpy(lam), growth
+        lower, upper, lam = _realize(p["A"], p["C"], s, c), _realize(p["Au"], p["Cu"], v, cu), torch.from_numpy(lam)
+    if scale != 1.0:
+        lower, upper, lam = rescaled_inverse(lower, upper, lam, scale)
+        check_overflow(lam, "Quasiseparable.inv() diagonal")
+    return lower, upper, lam, growth

@@ -152,7 +152,7 @@ class Hydra(nn.Module):
         x, Bf, Cf, Bb, Cb = torch.split(xBC, [self.d_inner, gn, gn, gn, gn], dim=-1)
         heads, groups = (H, self.headdim), (self.ngroups, self.d_state)
         flip = lambda t: torch.flip(t, (1,))  # noqa: E731
-        rev_idx = None if seq_idx is None else flip(seq_idx.max() - seq_idx)  # non-decreasing again
+        rev_idx = None if seq_idx is None or not seq_idx.numel() else flip(seq_idx.max() - seq_idx)  # non-decreasing again
         y = self._pass(x.unflatten(-1, heads), dt[..., :H], Bf.unflatten(-1, groups), Cf.unflatten(-1, groups), seq_idx)
         y = y + flip(self._pass(flip(x).unflatten(-1, heads), flip(dt[..., H:]), flip(Bb).unflatten(-1, groups),
                                 flip(Cb).unflatten(-1, groups), rev_idx))

@@ -141,3 +141,21 @@ def test_the_probe_passes_accurate_inverses(monkeypatch):
         lower, upper = _matrix(T, 2, seed=T, batch=batch), _matrix(T, 3, seed=T + 1, batch=batch)
         M = sm.Quasiseparable(lower.lower_part, upper.upper_part, lower.diag)
         close(M.inv().to_dense(), torch.linalg.inv(M.to_dense()), rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("path", ["numpy", "torch"])
+@pytest.mark.parametrize("dtype,scales", [(F64, [1e-170, 1e-120, 1e120, 1e150]), (torch.float32, [1e-22, 1e-12, 1e12, 1e16])])
+def test_matrices_of_tiny_or_huge_entries_invert_as_their_scaled_copies(monkeypatch, path, dtype, scales):
+    """Session 23's audit: entries of 1e-22 (float32) or 1e-170 (float64) gave inverses off by 3e-2 and 7e2 without an
+    error (products of entries underflowed, and the growth check with them). The inverse of ``c M`` for a power of
+    two ``c`` is exact to form: every scale inverts as well as scale 1 does, batched, on both paths."""
+    if path == "torch":
+        monkeypatch.setattr(qs_inverse, "host_steps_apply", lambda *tensors: False)
+    T, rng = 6, np.random.default_rng(4)
+    S = sm.SSS(rng.random((2, T, 2)), rng.standard_normal((2, T, 2)), rng.standard_normal((2, T, 2)))
+    for s in scales:
+        part = sm.SSS(S.A, S.B * s, S.C)
+        Q = sm.Quasiseparable(part, part.T, torch.tensor(np.r_[1.0, np.ones(T - 1) * 0.5]) * s).to(dtype)
+        want = torch.linalg.inv(Q.to_dense().double())
+        got = Q.inv().to_dense().double()
+        assert float((got - want).abs().max() / want.abs().max()) < 100 * torch.finfo(dtype).eps, s

@@ -188,3 +188,11 @@ def test_a_custom_masks_layer_says_why_it_does_not_decode():
     for call in (lambda: layer(torch.randn(1, 3, 16), return_state=True), lambda: layer.step(torch.randn(1, 1, 16), None)):
         with pytest.raises(TypeError, match="a custom mask is a function of the input .*sma_state and sma_step"):
             call()
+
+
+def test_hydra_with_an_empty_seq_idx():
+    """Session 23's audit: an empty batch or sequence with ``seq_idx`` failed in ``seq_idx.max()``."""
+    h = Hydra(8, d_state=4, headdim=4, chunk_size=4, d_conv=3, learnable_init_states=True)
+    for shape in ((0, 6), (2, 0)):
+        u = torch.randn(*shape, 8)
+        assert h(u, torch.zeros(shape, dtype=torch.int32)).shape == u.shape
