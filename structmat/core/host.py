@@ -19,8 +19,9 @@ HOST_DTYPES = (torch.float32, torch.float64, torch.complex64, torch.complex128)
 
 
 def host(t: torch.Tensor) -> np.ndarray:
-    """``t`` (on the CPU) as a numpy array: a view where torch allows; a copy with the values for a lazily conjugated
-    or negated view (``x.conj()``, ``x.conj().imag``), which numpy cannot view.
+    """``t`` as a numpy array: a view where torch allows (on the CPU); a copy with the values for a lazily conjugated
+    or negated view (``x.conj()``, ``x.conj().imag``), which numpy cannot view, and for a tensor on a device (a
+    value read there: checks that read a few numbers on the host, as ``Quasiseparable.inv()``'s growth check).
 
     >>> z = torch.tensor([1 + 2j, 3 - 1j])
     >>> host(z.conj()).tolist(), host(z.conj().imag).tolist()
@@ -28,8 +29,8 @@ def host(t: torch.Tensor) -> np.ndarray:
     """
     try:
         return t.numpy()  # (the common case: one call, no copies)
-    except RuntimeError:  # a tensor that wants a gradient, or carries a conjugate or negative bit
-        return t.detach().resolve_conj().resolve_neg().numpy()
+    except (RuntimeError, TypeError):  # wants a gradient, carries a conjugate or negative bit, or lives on a device
+        return t.detach().cpu().resolve_conj().resolve_neg().numpy()
 
 
 def plain_eager() -> bool:
