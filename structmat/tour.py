@@ -52,7 +52,7 @@ def _ops(M: sm.StructuredMatrix, other: sm.StructuredMatrix) -> dict[str, tuple[
     }
     if not isinstance(M, sm.LowRank):
         ops["M.inv()"] = (lambda: M.inv(), lambda: torch.linalg.inv(d))
-    if isinstance(M, (sm.SSS, sm.Diagonal, sm.Dense, sm.Toeplitz, sm.Fourier, sm.Bidiagonal)):
+    if isinstance(M, (sm.SSS, sm.Diagonal, sm.Dense, sm.Toeplitz, sm.Fourier, sm.Bidiagonal, sm.LowRank, sm.Quasiseparable)):
         ops["M.hadamard(M2)"] = (lambda: M.hadamard(other), lambda: d * o)
     if isinstance(M, (sm.SSS, sm.Quasiseparable)):
         ops["(M + M).compress()"] = (lambda: (M + M).compress(), lambda: 2 * d)
