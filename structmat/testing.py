@@ -16,6 +16,7 @@ combined (:func:`decays` takes a whole ``shape``); :func:`matrices_of` maps a cl
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from hypothesis import strategies as st
 
@@ -37,6 +38,11 @@ _TOLERANCES = {torch.float64: 1e-9, torch.complex128: 1e-9, torch.float32: 1e-4,
 
 def tolerance(dtype: torch.dtype) -> float:
     """Documented relative tolerance of structured results against dense float64, per dtype."""
+    if not isinstance(dtype, torch.dtype):  # (numpy dtypes and their scalar types, as torch names them)
+        try:
+            dtype = torch.from_numpy(np.empty(0, dtype=dtype)).dtype
+        except (TypeError, ValueError):
+            pass
     if dtype not in _TOLERANCES:
         raise ValueError(f"dtype must be one of {list(_TOLERANCES)}; got {dtype!r}")
     return _TOLERANCES[dtype]
@@ -67,8 +73,10 @@ def decays(draw, shape, *, dtype=torch.float64):
 _batches = st.sampled_from([(), (2,), (2, 1)])
 
 
-def _sizes(draw, T, batch, high):
+def _sizes(draw, T, batch, high, dtype=torch.float64):
     _check_sizes(T, batch)
+    if not (isinstance(dtype, torch.dtype) and (dtype.is_floating_point or dtype.is_complex)):
+        raise TypeError(f"dtype must be a floating-point or complex torch.dtype; got {dtype!r}")
     return (draw(st.integers(1, high)) if T is None else T), (draw(_batches) if batch is None else tuple(batch))
 
 
@@ -81,6 +89,12 @@ def _check_sizes(T, batch) -> None:
         raise ValueError(f"batch must be a tuple of non-negative ints or None; got {batch!r}")
 
 
+def _at_least(n, name: str, low: int) -> int:
+    if isinstance(n, bool) or not isinstance(n, int) or n < low:
+        raise ValueError(f"{name} must be an int >= {low} or None; got {n!r}")
+    return n
+
+
 def _oriented(draw, M):
     return M if draw(st.booleans()) else M.T
 
@@ -88,7 +102,7 @@ def _oriented(draw, M):
 @st.composite
 def one_ss(draw, *, T=None, batch=None, dtype=torch.float64, scaled=None):
     """Random :class:`OneSS` (decays with edge cases; optional ``b``, ``c``; lower or upper)."""
-    T, batch = _sizes(draw, T, batch, 80)
+    T, batch = _sizes(draw, T, batch, 80, dtype)
     a = draw(decays((*batch, T), dtype=real_dtype(dtype)))
     b = c = None
     if draw(st.booleans()) if scaled is None else scaled:
@@ -102,8 +116,8 @@ def one_ss(draw, *, T=None, batch=None, dtype=torch.float64, scaled=None):
 @st.composite
 def sss(draw, *, T=None, N=None, batch=None, dtype=torch.float64, kind=None, explicit_d=None, lower=None):
     """Random :class:`SSS` with scalar, diagonal or dense ``A``, optional ``D``, lower or upper."""
-    T, batch = _sizes(draw, T, batch, 70)
-    N = draw(st.integers(1, 4)) if N is None else N
+    T, batch = _sizes(draw, T, batch, 70, dtype)
+    N = draw(st.integers(1, 4)) if N is None else _at_least(N, "N", 1)
     if kind not in (None, "scalar", "diag", "dense"):
         raise ValueError(f"kind must be 'scalar', 'diag', 'dense' or None; got {kind!r}")
     kind = draw(st.sampled_from(["scalar", "diag", "dense"])) if kind is None else kind
@@ -123,14 +137,14 @@ def sss(draw, *, T=None, N=None, batch=None, dtype=torch.float64, kind=None, exp
 @st.composite
 def diagonals(draw, *, T=None, batch=None, dtype=torch.float64):
     """Random :class:`Diagonal`: ``1.5`` plus entries in ``[-1, 1)`` (invertible)."""
-    T, batch = _sizes(draw, T, batch, 60)
+    T, batch = _sizes(draw, T, batch, 60, dtype)
     return Diagonal(1.5 + draw(_tensor((*batch, T), dtype=dtype)))
 
 
 @st.composite
 def bidiagonals(draw, *, T=None, batch=None, dtype=torch.float64):
     """Random :class:`Bidiagonal`, lower or upper, with a dominant diagonal (well conditioned)."""
-    T, batch = _sizes(draw, T, batch, 60)
+    T, batch = _sizes(draw, T, batch, 60, dtype)
     M = Bidiagonal(1.5 + draw(_tensor((*batch, T), dtype=dtype)), draw(_tensor((*batch, max(T - 1, 0)), dtype=dtype)))
     return _oriented(draw, M)
 
@@ -138,15 +152,15 @@ def bidiagonals(draw, *, T=None, batch=None, dtype=torch.float64):
 @st.composite
 def lowranks(draw, *, T=None, r=None, batch=None, dtype=torch.float64):
     """Random :class:`LowRank` ``U V^T`` of rank ``r`` (drawn from 1 to 3 where None)."""
-    T, batch = _sizes(draw, T, batch, 40)
-    r = draw(st.integers(1, 3)) if r is None else r
+    T, batch = _sizes(draw, T, batch, 40, dtype)
+    r = draw(st.integers(1, 3)) if r is None else _at_least(r, "r", 0)
     return LowRank(draw(_tensor((*batch, T, r), dtype=dtype)), draw(_tensor((*batch, T, r), dtype=dtype)))
 
 
 @st.composite
 def denses(draw, *, T=None, batch=None, dtype=torch.float64):
     """Random :class:`Dense` ``3 I + E / T`` with entries of ``E`` in ``[-1, 1)`` (well conditioned)."""
-    T, batch = _sizes(draw, T, batch, 30)
+    T, batch = _sizes(draw, T, batch, 30, dtype)
     eye = torch.eye(T, dtype=dtype)
     return Dense(3 * eye + draw(_tensor((*batch, T, T), dtype=dtype)) / max(T, 1))
 
@@ -154,7 +168,7 @@ def denses(draw, *, T=None, batch=None, dtype=torch.float64):
 @st.composite
 def toeplitzes(draw, *, T=None, batch=None, dtype=torch.float64, causal=None):
     """Random :class:`Toeplitz`, general or causal, with a dominant diagonal (well conditioned)."""
-    T, batch = _sizes(draw, T, batch, 60)
+    T, batch = _sizes(draw, T, batch, 60, dtype)
     c = draw(_tensor((*batch, T), dtype=dtype)) / max(T, 1)
     c[..., :1] += 3.0  # (a slice: T may be 0)
     if draw(st.booleans()) if causal is None else causal:
@@ -165,7 +179,7 @@ def toeplitzes(draw, *, T=None, batch=None, dtype=torch.float64, causal=None):
 @st.composite
 def fouriers(draw, *, T=None, batch=None, dtype=torch.float64):
     """Random circulant (:class:`Fourier`) with a dominant diagonal (no eigenvalue near 0)."""
-    T, batch = _sizes(draw, T, batch, 60)
+    T, batch = _sizes(draw, T, batch, 60, dtype)
     c = draw(_tensor((*batch, T), dtype=dtype)) / max(T, 1)
     c[..., :1] += 3.0  # (a slice: T may be 0)
     return Fourier.from_kernel(c)
@@ -176,7 +190,7 @@ def dfts(draw, *, T=None, batch=(), dtype=torch.complex128):
     """A :class:`DFT` mask (forward or inverse, scaled); ``batch`` must be ``()`` (a DFT has no batch)."""
     if tuple(batch or ()) != ():
         raise ValueError(f"a DFT has no batch: batch must be (); got {batch!r}")
-    T, _ = _sizes(draw, T, (), 40)
+    T, _ = _sizes(draw, T, (), 40, dtype)
     complex_dtype = dtype if dtype.is_complex else torch.promote_types(dtype, torch.complex64)
     return DFT(T, draw(st.booleans()), scale=draw(st.sampled_from([1.0, 0.5, 2.0])) / max(T, 1) ** 0.5,
                dtype=complex_dtype)
@@ -185,7 +199,7 @@ def dfts(draw, *, T=None, batch=(), dtype=torch.complex128):
 @st.composite
 def quasiseparables(draw, *, T=None, batch=None, dtype=torch.float64):
     """Random :class:`Quasiseparable`: SSS or OneSS parts on both sides, a dominant free diagonal."""
-    T, batch = _sizes(draw, T, batch, 40)
+    T, batch = _sizes(draw, T, batch, 40, dtype)
     part = lambda: st.one_of(one_ss(T=T, batch=batch, dtype=dtype), sss(T=T, batch=batch, dtype=dtype, N=2))  # noqa: E731
     lo, up = draw(part()), draw(part())
     lo = lo if lo.lower else lo.T

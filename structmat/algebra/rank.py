@@ -70,8 +70,12 @@ def semiseparable_rank(M, tol: float | None = None, strict: bool = False) -> int
         parameters in ``O(T N^3)`` without densifying; other classes from their dense form up to
         ``T = DENSE_RANK_MAX``, a ``TypeError`` above.
     tol : float, optional
-        Singular values below ``tol`` times the largest one count as zero. Default ``T eps``
-        (dense) or ``N sqrt(eps)`` (structured, which works with Gram matrices).
+        Relative threshold below which singular values count as zero: against the largest singular value of the
+        whole matrix for dense inputs (rounding noise in a block that should vanish stays below it), against each
+        block's largest for structured ones (their blocks are formed from the generators, exactly; a block of tiny
+        but nonzero entries keeps its rank there and drops below the dense threshold: a 1-SS mask of decays 1e-6 has
+        strict rank 1 from its parameters, 0 from its dense form with ``tol=1e-3``). Default ``T eps`` (dense) or
+        ``N sqrt(eps)`` (structured, which works with Gram matrices).
     strict : bool
 
     Returns

@@ -19,6 +19,7 @@ closure rules live in :mod:`structmat.algebra.rules`; users add theirs with :fun
 
 from __future__ import annotations
 
+import abc
 import itertools
 import numbers
 from collections.abc import Callable
@@ -133,15 +134,21 @@ def register(op: str, *classes: type, when: Callable[..., bool] | None = None, p
     if len(classes) != OPERATIONS[op]:
         raise ValueError(f"{op} takes {OPERATIONS[op]} operand classes; got {len(classes)}")
     for cls in classes:  # a non-class would break isinstance in every later dispatch of op
-        if not isinstance(cls, type):
-            raise TypeError(f"operand classes must be types (StructuredMatrix subclasses); got {cls!r}")
+        if not (isinstance(cls, type) and (getattr(cls, "__structured_matrix__", False) or isinstance(cls, abc.ABCMeta))):
+            raise TypeError(f"operand classes must be StructuredMatrix subclasses (or ABCs they register with); got {cls!r}")
+    if op == "transpose" and getattr(classes[0], "__structured_matrix__", False) and (owner := _own_transpose(classes[0])):
+        raise ValueError(f"{classes[0].__name__} takes its transpose from {owner.__name__}.T, which no transpose rule "
+                         f"reaches: override the property T in {classes[0].__name__} instead")
+    if not isinstance(result, str):
+        raise TypeError(f"result must be a str (the rule table's text); got {type(result).__name__}")
     if when is not None and not callable(when):
         raise TypeError(f"when must be a callable condition on the operands, or None; got {type(when).__name__}")
     if isinstance(precedence, bool) or not isinstance(precedence, numbers.Integral):
         raise TypeError(f"precedence must be an int; got {precedence!r}")
     symmetric, trusted = check_flag(symmetric, "symmetric"), check_flag(trusted, "trusted")
-    if symmetric and OPERATIONS[op] != 2:
-        raise ValueError("symmetric applies to binary operations only")
+    if symmetric and op not in ("add", "hadamard"):
+        raise ValueError(f"symmetric applies to add and hadamard only (a {op} rule with its operands swapped would "
+                         f"compute another matrix); got op={op!r}")
 
     def add(fn: Callable) -> Callable:
         if not callable(fn):
@@ -154,6 +161,14 @@ def register(op: str, *classes: type, when: Callable[..., bool] | None = None, p
         return fn
 
     return add
+
+
+def _own_transpose(cls: type) -> type | None:
+    """The class below the root whose own ``T`` property ``cls`` inherits (the built-in classes transpose themselves
+    without dispatch), or None where ``T`` is the root's, which dispatches."""
+    root = next(c for c in reversed(cls.__mro__) if "__structured_matrix__" in vars(c))
+    owner = next(c for c in cls.__mro__ if "T" in vars(c))
+    return None if owner is root else owner
 
 
 def _swapped(fn: Callable) -> Callable:

@@ -124,9 +124,13 @@ def test_testing_strategies_respect_dtype_and_batch():
     (lambda: _draw(smt.sss(kind="bogus")), ValueError, "kind must be"),
     (lambda: smt.tolerance(torch.int64), ValueError, "dtype must be one of"),
     (lambda: smt.matrices_of("OneSS", T=3), TypeError, "cls must be a class"),
+    (lambda: _draw(smt.sss(T=3, N=-1)), ValueError, "N must be an int >= 1"),
+    (lambda: _draw(smt.lowranks(T=3, r=-1)), ValueError, "r must be an int >= 0"),
+    (lambda: _draw(smt.one_ss(T=3, dtype=torch.int64)), TypeError, "dtype must be a floating-point or complex"),
 ])
 def test_testing_strategies_name_their_bad_arguments(call, error, match):
-    """D108: torch's "negative dimension", "Value after * must be an iterable", ``KeyError``, an ``issubclass`` error."""
+    """D108: torch's "negative dimension", "Value after * must be an iterable", ``KeyError``, an ``issubclass`` error
+    (and, session 23, a negative ``N`` or ``r`` and an integer ``dtype``)."""
     with pytest.raises(error, match=match):
         call()
 
@@ -154,3 +158,11 @@ def test_rules_are_grouped_by_operation():
     ops = [r.op for r in sm.rules()]
     assert ops == sorted(ops, key=["add", "matmul", "hadamard", "inv", "transpose"].index)
     assert "grouped by operation" in sm.rules.__doc__
+
+
+def test_tolerance_takes_numpy_dtypes():
+    """Session 23's audit: ``tolerance(numpy.float64)`` was refused; numpy dtypes name torch's."""
+    import numpy as np
+
+    assert smt.tolerance(np.float64) == smt.tolerance(torch.float64)
+    assert smt.tolerance(np.dtype("complex64")) == smt.tolerance(torch.complex64)

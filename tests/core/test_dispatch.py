@@ -87,7 +87,7 @@ def test_register_checks_its_arguments():
         sm.register("divide", Ones, Ones)
     with pytest.raises(ValueError, match="takes 2 operand classes"):
         sm.register("add", Ones)
-    with pytest.raises(ValueError, match="binary"):
+    with pytest.raises(ValueError, match="symmetric applies to add and hadamard only"):
         sm.register("inv", Ones, symmetric=True)
 
 
@@ -156,3 +156,25 @@ def test_a_users_rule_returning_the_wrong_thing_is_named():
     finally:
         dispatch._REGISTRY["inv"] = [r for r in dispatch._REGISTRY["inv"] if r.fn is not right]
         dispatch._REGISTRY["transpose"] = [r for r in dispatch._REGISTRY["transpose"] if r.fn is not transpose]
+
+
+def test_register_refuses_rules_that_would_never_run_or_compute_another_matrix():
+    """Session 23's audit: ``symmetric`` on a ``matmul`` rule computed ``b @ a`` for ``a @ b``; a transpose rule for a
+    subclass of a built-in class (which transposes itself through its own ``T``) was listed and never ran; any type
+    and any ``result`` were accepted."""
+    class Shifted(sm.Dense):
+        pass
+
+    class Scaled(sm.Diagonal):
+        pass
+
+    before = {op: list(rules) for op, rules in dispatch._REGISTRY.items()}
+    with pytest.raises(ValueError, match="symmetric applies to add and hadamard only"):
+        sm.register("matmul", Shifted, sm.Dense, symmetric=True)
+    with pytest.raises(ValueError, match="Scaled takes its transpose from Diagonal.T"):
+        sm.register("transpose", Scaled)
+    with pytest.raises(TypeError, match="operand classes must be StructuredMatrix subclasses .*; got <class 'int'>"):
+        sm.register("inv", int)
+    with pytest.raises(TypeError, match="result must be a str"):
+        sm.register("inv", Shifted, result=3)
+    assert {op: list(rules) for op, rules in dispatch._REGISTRY.items()} == before
