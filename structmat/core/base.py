@@ -120,6 +120,13 @@ class StructuredMatrix(abc.ABC):
         """Main diagonal, shape ``(*batch_shape, min(T, S))``."""
         raise TypeError(f"{type(self).__name__} has no structured diagonal; use to_dense().diagonal(dim1=-2, dim2=-1)")
 
+    def __getstate__(self) -> dict:
+        """Pickles and copies carry the matrix, not what its uses kept (``core.small``: dense forms, factors, spectra,
+        closures that do not pickle; a copy builds its own on use)."""
+        state = dict(self.__dict__)
+        state.pop("_small", None)
+        return state
+
     def __repr__(self) -> str:
         order = "" if self.order is None else f", order={self.order}"
         dtype = str(self.dtype).replace("torch.", "")

@@ -338,7 +338,7 @@ class SSSInverse(SSS):
     def __getstate__(self) -> dict:
         """Copies and pickles carry the generators built, without a graph: the builder is a closure over the data of
         the matrix it came from (a copy would keep reading the original's; a closure does not pickle)."""
-        state = dict(self.__dict__)
+        state = super().__getstate__()
         if state["_generators"] is None:
             with torch.no_grad():
                 state["_generators"] = self._build()
