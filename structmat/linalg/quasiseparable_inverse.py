@@ -174,5 +174,4 @@ def _inverse(parts: DenseParts, scale: float = 1.0) -> tuple[Generators, Generat
     lower, upper = _realize(scaled.A, scaled.C, f.s, c), _realize(scaled.Au, scaled.Cu, v, cu)
     if scale != 1.0:
         lower, upper, lam = rescaled_inverse(lower, upper, lam, scale)
-        check_overflow(lam, "Quasiseparable.inv() diagonal")
     return lower, upper, lam, growth

@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from structmat.core.host import host, host_steps_apply
-from structmat.core.validation import SingularMatrixError
+from structmat.core.validation import SingularMatrixError, check_overflow
 from structmat.linalg.semiseparable import Generators
 
 __all__ = ["DenseParts", "LUFactors", "LU_BLOCK", "Unbalanced", "chunked_steps", "check_growth", "dense_parts",
@@ -281,8 +281,9 @@ class Unbalanced(Exception):
 
 def rescaled_inverse(lower: Generators, upper: Generators, lam: torch.Tensor, c: float):
     """The inverse of ``M`` from that of ``c M`` (:class:`Unbalanced`): ``M^{-1} = c (c M)^{-1}``, the output maps and
-    the diagonal scaled."""
-    return replace(lower, C=lower.C * c), replace(upper, C=upper.C * c), lam * c
+    the diagonal scaled (an overflow there raises, as in the inverse itself)."""
+    return (replace(lower, C=lower.C * c), replace(upper, C=upper.C * c),
+            check_overflow(lam * c, "Quasiseparable.inv() diagonal"))
 
 
 def quasiseparable_lu(lower: Generators, upper: Generators, d: torch.Tensor, batch) -> tuple[Generators, Generators]:
