@@ -1,7 +1,7 @@
 """The quasiseparable decay product (:func:`~structmat.algebra.quasiseparable_decay.decay_matmul`) in one compiled call.
 
 In numpy the product takes some forty array operations and two LAPACK calls, each costing more than the arithmetic of
-a ``T = 16`` matrix (a microsecond or two a call; the whole product 87-91 us against a 2.5 us dense product, one
+a ``T = 16`` matrix (a microsecond or two a call; the whole product 40-43x a dense product, session 22's runs, one
 thread). The C extension ``structmat.algebra._quasiseparable_decay`` (built by ``setup.py``) runs the same formulas in
 one pass per row from the operands' tensors as they are stored, strides included, and writes the product's seven
 generators into fresh tensors: 36-40 us through the operator, 13-15x the dense product. It serves real float32 and
